@@ -1,0 +1,634 @@
+"""Takes a complete snapshot of every consumer group of one cluster through the AdminClient.
+
+Order of work, and the requests each step costs (B brokers, G groups, P touched partitions):
+1. cluster metadata (1 Metadata request): brokers, topics and their partition counts, and the
+   leaders of ``__consumer_offsets`` partitions for the coordinator check;
+2. ListGroups (B requests) for consumer and simple groups, plus the classic ListGroups +
+   DescribeGroups round (2B) that alone reveals groups of other protocol types (Connect...);
+3. describe the groups, in batches (librdkafka fans out to each group's coordinator);
+4. committed offsets: one OffsetFetch per group (the API takes one group), at most
+   ``offsets_concurrency`` in flight;
+5. log start, high watermark and last stable offset of every touched partition: three batched
+   ListOffsets calls, which librdkafka splits by partition leader.
+
+Every failure below the cluster level is recorded on the snapshot as a CollectionError and the
+collection goes on; retriable coordinator errors are retried a bounded number of times first.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from groupscope.coordinator import offsets_partition_for
+from groupscope.model import (
+    CollectionError,
+    CommittedOffset,
+    Group,
+    GroupType,
+    Member,
+    PartitionOffsets,
+    Snapshot,
+    Stage,
+    TopicInfo,
+    TopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+# Errors after which asking again, shortly, can succeed: the coordinator moved or is loading.
+RETRIABLE = frozenset(
+    {
+        "NOT_COORDINATOR",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "COORDINATOR_NOT_AVAILABLE",
+        "NOT_LEADER_OR_FOLLOWER",
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "_TIMED_OUT",
+        "_TRANSPORT",
+        "UNKNOWN_LEADER_EPOCH",
+        "OFFSET_NOT_AVAILABLE",
+    }
+)
+
+_STATE_NAMES = {
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+    "STABLE": "Stable",
+    "DEAD": "Dead",
+    "EMPTY": "Empty",
+    "UNKNOWN": "Unknown",
+    "UNKOWN": "Unknown",
+}
+
+
+class ClusterUnavailable(RuntimeError):
+    """The cluster could not be reached or refused us: no snapshot can be taken at all."""
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    request_timeout_s: float = 30.0
+    offsets_concurrency: int = 32
+    describe_batch: int = 500
+    list_offsets_batch: int = 5000
+    attempts: int = 3  # per group or partition, for retriable errors
+    retry_backoff_s: float = 0.5
+    # The classic ListGroups round is the only way to see groups of other protocol types.
+    include_other_protocols: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("offsets_concurrency", "describe_batch", "list_offsets_batch", "attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.request_timeout_s <= 0:
+            raise ValueError("request_timeout_s must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    code: str
+    message: str
+    retriable: bool
+    attempts: int = 1
+
+
+def failure_of(exc: BaseException) -> _Failure:
+    """Normalise what a future raised into (Kafka error name, message, retriable)."""
+    if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
+        return _Failure("_TIMED_OUT", "no answer before the request timeout", True)
+    error: Any = exc.args[0] if exc.args else None
+    name = getattr(error, "name", None)
+    if callable(name):
+        code = str(name())
+        text = str(error.str()) if hasattr(error, "str") else str(error)
+        retriable = code in RETRIABLE or bool(getattr(error, "retriable", lambda: False)())
+        return _Failure(code, text, retriable)
+    return _Failure("UNEXPECTED", f"{type(exc).__name__}: {exc}", False)
+
+
+@dataclass
+class _Metadata:
+    brokers: set[int]
+    topics: dict[str, TopicInfo]
+    offsets_leaders: dict[int, int]  # __consumer_offsets partition -> leader broker id
+    errors: list[CollectionError]
+
+
+@dataclass
+class _Listing:
+    group_id: str
+    group_type: GroupType
+    state: str
+    protocol_type: str | None
+    # Filled for groups of other protocol types, which DescribeConsumerGroups refuses.
+    assignor: str | None = None
+    members: tuple[Member, ...] = ()
+
+
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+@dataclass
+class Collector:
+    """Snapshots one cluster. ``admin`` is a confluent_kafka AdminClient (or anything with its
+    methods); the caller owns its configuration, so security settings pass through unchanged."""
+
+    admin: Any
+    cluster: str
+    settings: CollectorSettings = field(default_factory=CollectorSettings)
+    sleep: Callable[[float], None] = time.sleep
+    requests: Counter[str] = field(default_factory=Counter)  # admin calls made, by API
+
+    def snapshot(self, snapshot_ts: datetime) -> Snapshot:
+        if snapshot_ts.tzinfo is None:
+            raise ValueError("snapshot_ts must be timezone-aware (UTC)")
+        metadata = self._metadata()
+        errors: list[CollectionError] = list(metadata.errors)
+        listings = self._list_groups(errors)
+        described = self._describe(listings, metadata, errors)
+        committed = self._committed_offsets([g.group_id for g in listings], errors)
+
+        groups = tuple(
+            self._assemble(listing, described.get(listing.group_id), committed, metadata)
+            for listing in listings
+        )
+        touched = self._touched_partitions(groups, metadata, errors)
+        partitions = self._partition_offsets(touched, errors)
+        used_topics = sorted({tp.topic for tp in touched})
+        return Snapshot(
+            cluster=self.cluster,
+            snapshot_ts=snapshot_ts,
+            groups=tuple(sorted(groups, key=lambda g: g.group_id)),
+            partitions=partitions,
+            topics=tuple(metadata.topics[t] for t in used_topics),
+            errors=tuple(errors),
+            offsets_topic_partitions=len(metadata.offsets_leaders) or None,
+        )
+
+    # -- 1. metadata -----------------------------------------------------------------------
+    def _metadata(self) -> _Metadata:
+        self.requests["Metadata"] += 1
+        try:
+            md = self.admin.list_topics(timeout=self.settings.request_timeout_s)
+        except Exception as exc:
+            failure = failure_of(exc)
+            raise ClusterUnavailable(_unavailable_message(self.cluster, failure)) from None
+        errors: list[CollectionError] = []
+        topics: dict[str, TopicInfo] = {}
+        for name, topic in md.topics.items():
+            if topic.error is not None:
+                errors.append(
+                    CollectionError(
+                        Stage.TOPIC_METADATA, topic.error.name(), topic.error.str(), topic=name,
+                        retriable=bool(topic.error.retriable()),
+                    )
+                )
+                continue
+            topics[name] = TopicInfo(name, len(topic.partitions))
+        offsets_leaders: dict[int, int] = {}
+        if OFFSETS_TOPIC in md.topics and md.topics[OFFSETS_TOPIC].error is None:
+            offsets_leaders = {
+                pid: p.leader for pid, p in md.topics[OFFSETS_TOPIC].partitions.items()
+            }
+        return _Metadata(set(md.brokers), topics, offsets_leaders, errors)
+
+    # -- 2. list ---------------------------------------------------------------------------
+    def _list_groups(self, errors: list[CollectionError]) -> list[_Listing]:
+        self.requests["ListGroups"] += 1
+        listings: dict[str, _Listing] = {}
+        try:
+            result = self.admin.list_consumer_groups(
+                request_timeout=self.settings.request_timeout_s
+            ).result()
+        except Exception as exc:
+            failure = failure_of(exc)
+            if failure.code in {"_TRANSPORT", "_TIMED_OUT", "_AUTHENTICATION"}:
+                raise ClusterUnavailable(_unavailable_message(self.cluster, failure)) from None
+            errors.append(_error(Stage.LIST_GROUPS, failure))
+            result = None
+        if result is not None:
+            errors.extend(_error(Stage.LIST_GROUPS, failure_of(e)) for e in result.errors or ())
+            for g in result.valid or ():
+                gtype = _group_type(getattr(g, "type", None))
+                listings[g.group_id] = _Listing(
+                    group_id=g.group_id,
+                    group_type=gtype,
+                    state=_state_name(getattr(g, "state", None)),
+                    protocol_type="" if g.is_simple_consumer_group else "consumer",
+                )
+        if self.settings.include_other_protocols:
+            for other in self._other_protocol_groups(errors):
+                listings.setdefault(other.group_id, other)
+        return [listings[k] for k in sorted(listings)]
+
+    def _other_protocol_groups(self, errors: list[CollectionError]) -> list[_Listing]:
+        """Classic groups whose protocol type is neither consumer nor empty (Kafka Connect
+        workers, schema registries...), which the consumer-group APIs leave out."""
+        self.requests["ListGroups+DescribeGroups(classic)"] += 1
+        try:
+            groups = self.admin.list_groups(timeout=self.settings.request_timeout_s)
+        except Exception as exc:
+            errors.append(_error(Stage.LIST_GROUPS, failure_of(exc)))
+            return []
+        found: list[_Listing] = []
+        for g in groups:
+            if g.protocol_type in ("", "consumer", None):
+                continue
+            if g.error is not None and g.error.code() != 0:
+                errors.append(
+                    CollectionError(
+                        Stage.DESCRIBE_GROUP, g.error.name(), g.error.str(), group_id=g.id
+                    )
+                )
+            members = tuple(
+                Member(
+                    member_id=m.id,
+                    client_id=m.client_id or "",
+                    host=m.client_host or "",
+                    instance_id=None,
+                    assignment=(),  # a non-consumer protocol's assignment is opaque bytes
+                )
+                for m in g.members or ()
+            )
+            found.append(
+                _Listing(
+                    group_id=g.id,
+                    group_type=GroupType.CLASSIC,
+                    state=g.state or "Unknown",
+                    protocol_type=g.protocol_type,
+                    assignor=g.protocol or None,
+                    members=members,
+                )
+            )
+        return found
+
+    # -- 3. describe -----------------------------------------------------------------------
+    def _describe(
+        self, listings: list[_Listing], metadata: _Metadata, errors: list[CollectionError]
+    ) -> dict[str, Any]:
+        wanted = [
+            g.group_id for g in listings if g.protocol_type in ("", "consumer")
+        ]
+        described: dict[str, Any] = {}
+
+        def describe(batch: Sequence[str]) -> dict[str, concurrent.futures.Future[Any]]:
+            self.requests["DescribeGroups"] += 1
+            result: dict[str, concurrent.futures.Future[Any]] = (
+                self.admin.describe_consumer_groups(
+                    list(batch), request_timeout=self.settings.request_timeout_s
+                )
+            )
+            return result
+
+        for group_id, outcome in self._with_retries(wanted, describe, self.settings.describe_batch):
+            if isinstance(outcome, _Failure):
+                errors.append(_error(Stage.DESCRIBE_GROUP, outcome, group_id=group_id))
+            elif _state_name(outcome.state) == "Dead":
+                # Listed a moment ago, gone now: deleted (or expired) mid-snapshot.
+                errors.append(
+                    CollectionError(
+                        Stage.DESCRIBE_GROUP, "GROUP_ID_NOT_FOUND",
+                        "the group was listed but no longer exists (deleted during the snapshot)",
+                        group_id=group_id,
+                    )
+                )
+                described[group_id] = outcome
+            else:
+                described[group_id] = outcome
+        return described
+
+    # -- 4. committed offsets --------------------------------------------------------------
+    def _committed_offsets(
+        self, group_ids: list[str], errors: list[CollectionError]
+    ) -> dict[str, tuple[CommittedOffset, ...]]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        committed: dict[str, tuple[CommittedOffset, ...]] = {}
+
+        def fetch(batch: Sequence[str]) -> dict[str, concurrent.futures.Future[Any]]:
+            (group_id,) = batch
+            self.requests["OffsetFetch"] += 1
+            result: dict[str, concurrent.futures.Future[Any]] = (
+                self.admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group_id)],
+                    request_timeout=self.settings.request_timeout_s,
+                )
+            )
+            return result
+
+        outcomes = self._with_retries(
+            group_ids, fetch, batch=1, in_flight=self.settings.offsets_concurrency
+        )
+        for group_id, outcome in outcomes:
+            if isinstance(outcome, _Failure):
+                errors.append(_error(Stage.GROUP_OFFSETS, outcome, group_id=group_id))
+                continue
+            offsets = []
+            for tp in outcome.topic_partitions or ():
+                if tp.error is not None:
+                    failure = failure_of(Exception(tp.error))
+                    errors.append(
+                        _error(Stage.GROUP_OFFSETS, failure, group_id=group_id,
+                               topic=tp.topic, partition=tp.partition)
+                    )
+                offsets.append(
+                    CommittedOffset(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        offset=tp.offset if tp.offset >= 0 else None,
+                        leader_epoch=tp.leader_epoch
+                        if tp.leader_epoch is not None and tp.leader_epoch >= 0 else None,
+                        metadata=tp.metadata or None,
+                    )
+                )
+            committed[group_id] = tuple(sorted(offsets, key=lambda o: (o.topic, o.partition)))
+        return committed
+
+    # -- 5. partition offsets --------------------------------------------------------------
+    def _touched_partitions(
+        self, groups: Iterable[Group], metadata: _Metadata, errors: list[CollectionError]
+    ) -> list[TopicPartition]:
+        touched: set[TopicPartition] = set()
+        for g in groups:
+            touched.update(TopicPartition(o.topic, o.partition) for o in g.offsets)
+            for m in g.members:
+                touched.update(m.assignment)
+                touched.update(m.target_assignment or ())
+        known: list[TopicPartition] = []
+        missing_topics: set[str] = set()
+        for tp in sorted(touched):
+            info = metadata.topics.get(tp.topic)
+            if info is not None and tp.partition < info.partition_count:
+                known.append(tp)
+            elif info is None:
+                missing_topics.add(tp.topic)
+            else:
+                errors.append(
+                    CollectionError(
+                        Stage.TOPIC_METADATA, "UNKNOWN_TOPIC_OR_PART",
+                        f"partition not in the topic's metadata ({info.partition_count} "
+                        "partitions)",
+                        topic=tp.topic, partition=tp.partition,
+                    )
+                )
+        already = {e.topic for e in errors if e.stage == Stage.TOPIC_METADATA}
+        for topic in sorted(missing_topics - already):
+            errors.append(
+                CollectionError(
+                    Stage.TOPIC_METADATA, "UNKNOWN_TOPIC_OR_PART",
+                    "groups hold offsets or assignments for a topic the cluster does not have "
+                    "(deleted?)",
+                    topic=topic,
+                )
+            )
+        return known
+
+    def _partition_offsets(
+        self, partitions: list[TopicPartition], errors: list[CollectionError]
+    ) -> tuple[PartitionOffsets, ...]:
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import OffsetSpec
+
+        kinds: list[tuple[str, Callable[[], Any], Any]] = [
+            ("log_start", OffsetSpec.earliest, IsolationLevel.READ_UNCOMMITTED),
+            ("high_watermark", OffsetSpec.latest, IsolationLevel.READ_UNCOMMITTED),
+            ("last_stable", OffsetSpec.latest, IsolationLevel.READ_COMMITTED),
+        ]
+        values: dict[str, dict[TopicPartition, int]] = {}
+        failed: dict[TopicPartition, _Failure] = {}
+        for kind, spec, isolation in kinds:
+
+            def lookup(
+                batch: Sequence[TopicPartition], spec: Any = spec, isolation: Any = isolation
+            ) -> dict[TopicPartition, concurrent.futures.Future[Any]]:
+                from confluent_kafka import TopicPartition as KafkaTP
+
+                self.requests["ListOffsets"] += 1
+                futures = self.admin.list_offsets(
+                    {KafkaTP(tp.topic, tp.partition): spec() for tp in batch},
+                    isolation_level=isolation,
+                    request_timeout=self.settings.request_timeout_s,
+                )
+                return {TopicPartition(k.topic, k.partition): f for k, f in futures.items()}
+
+            found: dict[TopicPartition, int] = {}
+            outcomes = self._with_retries(partitions, lookup, self.settings.list_offsets_batch)
+            for tp, outcome in outcomes:
+                if isinstance(outcome, _Failure):
+                    failed.setdefault(tp, outcome)
+                else:
+                    found[tp] = int(outcome.offset)
+            values[kind] = found
+        for tp, failure in sorted(failed.items()):
+            errors.append(
+                _error(Stage.PARTITION_OFFSETS, failure, topic=tp.topic, partition=tp.partition)
+            )
+        return tuple(
+            PartitionOffsets(
+                topic=tp.topic,
+                partition=tp.partition,
+                log_start=values["log_start"].get(tp),
+                high_watermark=values["high_watermark"].get(tp),
+                last_stable=values["last_stable"].get(tp),
+            )
+            for tp in partitions
+        )
+
+    # -- assembly --------------------------------------------------------------------------
+    def _assemble(
+        self,
+        listing: _Listing,
+        description: Any | None,
+        committed: dict[str, tuple[CommittedOffset, ...]],
+        metadata: _Metadata,
+    ) -> Group:
+        expected = None
+        if metadata.offsets_leaders:
+            partition = offsets_partition_for(listing.group_id, len(metadata.offsets_leaders))
+            expected = metadata.offsets_leaders.get(partition)
+        offsets = committed.get(listing.group_id, ())
+        if description is None:
+            return Group(
+                group_id=listing.group_id,
+                group_type=listing.group_type,
+                state=listing.state,
+                protocol_type=listing.protocol_type,
+                assignor=listing.assignor,
+                coordinator_id=None,
+                expected_coordinator_id=expected,
+                members=listing.members,
+                offsets=offsets,
+                described=listing.protocol_type not in ("", "consumer"),
+            )
+        gtype = _group_type(getattr(description, "type", None))
+        if gtype is GroupType.UNKNOWN:
+            gtype = listing.group_type
+        return Group(
+            group_id=listing.group_id,
+            group_type=gtype,
+            state=_state_name(description.state),
+            protocol_type="" if description.is_simple_consumer_group else "consumer",
+            assignor=description.partition_assignor or None,
+            coordinator_id=description.coordinator.id if description.coordinator else None,
+            expected_coordinator_id=expected,
+            members=tuple(sorted((_member(m) for m in description.members or ()),
+                                 key=lambda m: m.member_id)),
+            offsets=offsets,
+        )
+
+    # -- retries ---------------------------------------------------------------------------
+    def _with_retries(
+        self,
+        keys: Sequence[T],
+        submit: Callable[[Sequence[T]], dict[T, concurrent.futures.Future[Any]]],
+        batch: int,
+        in_flight: int | None = None,
+    ) -> list[tuple[T, Any]]:
+        """Runs ``submit`` over ``keys`` in batches, keeping at most ``in_flight`` batches
+        outstanding, and resubmits keys that failed retriably, up to ``attempts`` times.
+        Returns (key, result or _Failure) for every key."""
+        results: list[tuple[T, Any]] = []
+        pending: Sequence[T] = list(keys)
+        for attempt in range(1, self.settings.attempts + 1):
+            if not pending:
+                break
+            if attempt > 1:
+                self.sleep(self.settings.retry_backoff_s * 2 ** (attempt - 2))
+            retry: list[T] = []
+            for key, outcome in self._run_batches(pending, submit, batch, in_flight):
+                if (
+                    isinstance(outcome, _Failure)
+                    and outcome.retriable
+                    and attempt < self.settings.attempts
+                ):
+                    retry.append(key)
+                elif isinstance(outcome, _Failure):
+                    results.append((key, dataclasses.replace(outcome, attempts=attempt)))
+                else:
+                    results.append((key, outcome))
+            pending = retry
+        return results
+
+    def _run_batches(
+        self,
+        keys: Sequence[T],
+        submit: Callable[[Sequence[T]], dict[T, concurrent.futures.Future[Any]]],
+        batch: int,
+        in_flight: int | None,
+    ) -> Iterator[tuple[T, Any]]:
+        limit = in_flight or 1
+        timeout = self.settings.request_timeout_s + 5
+        batches = iter(_chunks(keys, batch))
+        outstanding: dict[concurrent.futures.Future[Any], T] = {}
+
+        def top_up() -> None:
+            while len(outstanding) < limit * batch:
+                chunk = next(batches, None)
+                if chunk is None:
+                    return
+                try:
+                    futures = submit(chunk)
+                except Exception as exc:
+                    for key in chunk:
+                        refused: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                        refused.set_exception(exc)
+                        outstanding[refused] = key
+                    continue
+                for key, future in futures.items():
+                    outstanding[future] = key
+
+        top_up()
+        while outstanding:
+            done, _ = concurrent.futures.wait(
+                outstanding, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            if not done:
+                for future, key in list(outstanding.items()):
+                    future.cancel()
+                    del outstanding[future]
+                    yield key, _Failure("_TIMED_OUT", "no answer before the request timeout", True)
+                continue
+            for future in done:
+                key = outstanding.pop(future)
+                try:
+                    yield key, future.result()
+                except Exception as exc:
+                    yield key, failure_of(exc)
+            top_up()
+
+
+def _error(
+    stage: Stage,
+    failure: _Failure,
+    *,
+    group_id: str | None = None,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> CollectionError:
+    return CollectionError(
+        stage=stage, code=failure.code, message=failure.message, group_id=group_id,
+        topic=topic, partition=partition, retriable=failure.retriable, attempts=failure.attempts,
+    )
+
+
+def _member(m: Any) -> Member:
+    target = getattr(m, "target_assignment", None)
+    return Member(
+        member_id=m.member_id,
+        client_id=m.client_id or "",
+        host=m.host or "",
+        instance_id=m.group_instance_id or None,
+        assignment=tuple(sorted(_tps(m.assignment))),
+        target_assignment=tuple(sorted(_tps(target))) if target is not None else None,
+    )
+
+
+def _tps(assignment: Any) -> list[TopicPartition]:
+    if assignment is None:
+        return []
+    return [TopicPartition(tp.topic, tp.partition) for tp in assignment.topic_partitions or ()]
+
+
+def _group_type(value: Any) -> GroupType:
+    name = getattr(value, "name", str(value or "")).upper()
+    if name == "CONSUMER":
+        return GroupType.CONSUMER
+    if name == "CLASSIC":
+        return GroupType.CLASSIC
+    return GroupType.UNKNOWN
+
+
+def _state_name(value: Any) -> str:
+    name = getattr(value, "name", str(value or "UNKNOWN")).upper()
+    return _STATE_NAMES.get(name, name.title())
+
+
+def _unavailable_message(cluster: str, failure: _Failure) -> str:
+    hints = {
+        "_TRANSPORT": "no broker answered; check bootstrap.servers and the network",
+        "_TIMED_OUT": "no broker answered in time; check bootstrap.servers and the network",
+        "_AUTHENTICATION": "authentication failed; check the SASL/SSL settings",
+        "_ALL_BROKERS_DOWN": "all brokers are down or unreachable",
+        "_RESOLVE": "a bootstrap host name does not resolve",
+        "CLUSTER_AUTHORIZATION_FAILED": "not authorized to describe the cluster",
+        "TOPIC_AUTHORIZATION_FAILED": "not authorized to describe topics",
+    }
+    hint = hints.get(failure.code, failure.message)
+    return f"cluster {cluster!r} is unavailable: {hint} ({failure.code})"

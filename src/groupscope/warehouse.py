@@ -1,0 +1,179 @@
+"""The PostgreSQL warehouse: versioned migrations from ``sql/migrations`` and idempotent loads.
+
+A snapshot is loaded by replacing its rows whole (delete by natural key prefix, then COPY) in
+one transaction, so loading it once or five times leaves the same rows, and a half-done load
+leaves none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+
+from groupscope.tables import LOAD_ORDER, SCHEMAS
+
+RAW_SCHEMA = "raw"
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_LOCK_ID = 0x67726F7570  # "group": serialises concurrent migrators
+
+
+class WarehouseUnavailable(RuntimeError):
+    """The warehouse could not be reached. Landed data is kept; load it again later."""
+
+
+def sql_dir() -> Path:
+    configured = os.environ.get("GROUPSCOPE_SQL_DIR")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / "sql"
+
+
+def engine_for(url: str) -> Engine:
+    """An engine for a ``postgresql://`` URL, using psycopg 3."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+def safe_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def migrations(directory: Path | None = None) -> list[Migration]:
+    folder = (directory or sql_dir()) / "migrations"
+    found = []
+    for path in sorted(folder.glob("*.sql")):
+        match = _MIGRATION.match(path.name)
+        if not match:
+            raise ValueError(f"migration file {path.name} is not named NNNN_name.sql")
+        found.append(Migration(int(match.group(1)), path.stem, path.read_text()))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"two migrations share a version in {folder}")
+    return found
+
+
+def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
+    """Applies the migrations not yet applied, in order; returns their names. An applied
+    migration whose file changed since is an error, not something to silently skip."""
+    applied_now: list[str] = []
+    with _connect(engine) as conn, conn.begin():
+        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
+        conn.execute(text("CREATE SCHEMA IF NOT EXISTS groupscope_meta"))
+        conn.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS groupscope_meta.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+        )
+        done = {
+            row.version: row.checksum
+            for row in conn.execute(
+                text("SELECT version, checksum FROM groupscope_meta.schema_migrations")
+            )
+        }
+        for m in migrations(directory):
+            if m.version in done:
+                if done[m.version] != m.checksum:
+                    raise RuntimeError(
+                        f"migration {m.name} was applied with different contents; "
+                        "add a new migration instead of editing an applied one"
+                    )
+                continue
+            conn.exec_driver_sql(m.sql)
+            conn.execute(
+                text(
+                    "INSERT INTO groupscope_meta.schema_migrations (version, name, checksum)"
+                    " VALUES (:v, :n, :c)"
+                ),
+                {"v": m.version, "n": m.name, "c": m.checksum},
+            )
+            applied_now.append(m.name)
+    return applied_now
+
+
+def load_snapshot(engine: Engine, tables: dict[str, pa.Table]) -> None:
+    """Replaces one snapshot's rows in the raw tables with ``tables`` (from ``to_tables`` or
+    read back from the landing zone)."""
+    manifest = tables["snapshots"].to_pylist()
+    if len(manifest) != 1:
+        raise ValueError("a snapshot load needs exactly one manifest row")
+    key = {"cluster": manifest[0]["cluster"], "ts": manifest[0]["snapshot_ts"]}
+    with _connect(engine) as conn, conn.begin():
+        for name in LOAD_ORDER:
+            conn.execute(
+                text(f"DELETE FROM {RAW_SCHEMA}.{name} WHERE cluster = :cluster"
+                     " AND snapshot_ts = :ts"),
+                key,
+            )
+            _copy(conn, name, tables[name])
+
+
+def _copy(conn: Any, name: str, table: pa.Table) -> None:
+    if table.num_rows == 0:
+        return
+    columns = SCHEMAS[name].names
+    cursor = conn.connection.driver_connection.cursor()
+    column_list = ", ".join(columns)
+    with cursor.copy(f"COPY {RAW_SCHEMA}.{name} ({column_list}) FROM STDIN") as copy:
+        for row in _rows(table, columns):
+            copy.write_row(row)
+
+
+def _rows(table: pa.Table, columns: list[str]) -> Iterable[tuple[Any, ...]]:
+    data = [table.column(c).to_pylist() for c in columns]
+    return zip(*data, strict=True)
+
+
+def loaded_snapshot_keys(engine: Engine, cluster: str | None = None) -> set[tuple[str, Any]]:
+    query = "SELECT cluster, snapshot_ts FROM raw.snapshots"
+    params: dict[str, Any] = {}
+    if cluster:
+        query += " WHERE cluster = :cluster"
+        params["cluster"] = cluster
+    with _connect(engine) as conn:
+        return {(r.cluster, r.snapshot_ts) for r in conn.execute(text(query), params)}
+
+
+class _connect:
+    """``engine.connect()`` that turns "cannot connect" into WarehouseUnavailable."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.conn: Any = None
+
+    def __enter__(self) -> Any:
+        try:
+            self.conn = self.engine.connect()
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise WarehouseUnavailable(
+                f"warehouse {self.engine.url.render_as_string(hide_password=True)} "
+                f"is unreachable: {reason}"
+            ) from None
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
