@@ -21,6 +21,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -243,7 +244,10 @@ class Collector:
         workers, schema registries...), which the consumer-group APIs leave out."""
         self.requests["ListGroups+DescribeGroups(classic)"] += 1
         try:
-            groups = self.admin.list_groups(timeout=self.settings.request_timeout_s)
+            with warnings.catch_warnings():
+                # Deprecated in favour of the consumer-group APIs, which cannot see these.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                groups = self.admin.list_groups(timeout=self.settings.request_timeout_s)
         except Exception as exc:
             errors.append(_error(Stage.LIST_GROUPS, failure_of(exc)))
             return []

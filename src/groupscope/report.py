@@ -102,12 +102,18 @@ def snapshot_table(snapshot: Snapshot) -> str:
     for g in doc["groups"]:
         lags = [(o["lag"], o["topic"], o["partition"]) for o in g["offsets"]]
         known = [entry for entry in lags if entry[0] is not None]
-        total = sum(lag for lag, _, _ in known) if known else None
+        # A negative lag (committed past the high watermark) is an anomaly, not a credit
+        # against other partitions' lag: it is counted apart, never netted or clamped.
+        total = sum(lag for lag, _, _ in known if lag > 0) if known else None
         worst = max(known, default=None, key=lambda entry: entry[0])
-        unknown = len(lags) - len(known)
+        notes = []
+        if unknown := len(lags) - len(known):
+            notes.append(f"+{unknown} uncommitted")
+        if negative := sum(1 for lag, _, _ in known if lag < 0):
+            notes.append(f"{negative} NEGATIVE")
         total_text = "-" if total is None else f"{total:,}"
-        if unknown:
-            total_text += f" (+{unknown} uncommitted)"
+        if notes:
+            total_text += f" ({', '.join(notes)})"
         coordinator = "-" if g["coordinator_id"] is None else str(g["coordinator_id"])
         if g["coordinator_mismatch"]:
             coordinator += f"≠{g['expected_coordinator_id']}"

@@ -48,3 +48,15 @@ def wait_for_port(port: int, deadline: float, host: str = LOOPBACK) -> bool:
         except OSError:
             time.sleep(0.2)
     return False
+
+
+def free_port_block(count: int, low: int = 20000, high: int = 60000) -> int:
+    """The first port of ``count`` consecutive free ports (for a multi-broker test cluster)."""
+    import random
+
+    rng = random.Random()  # noqa: S311 - picking ports, not secrets
+    for _ in range(200):
+        start = rng.randrange(low, high - count)
+        if all(port_is_free(p) for p in range(start, start + count)):
+            return start
+    raise RuntimeError(f"no {count} consecutive free ports between {low} and {high}")

@@ -1,0 +1,80 @@
+"""Session-wide real services: Kafka clusters and a PostgreSQL server on free loopback ports,
+started once and torn down at the end. Tests isolate themselves with unique names."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from groupscope.devstack.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
+from groupscope.devstack.ports import free_port_block, free_ports
+from groupscope.devstack.postgres import LocalPostgres
+
+KAFKA_39 = "3.9.2"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Short and world-traversable: Kafka and PostgreSQL state live here.
+    return tmp_path_factory.mktemp("services")
+
+
+def _cluster(base: Path, name: str, nodes: int, version: str) -> KafkaCluster:
+    return KafkaCluster(base / name, nodes=nodes, version=version,
+                        base_port=free_port_block(nodes),
+                        controller_base_port=free_port_block(nodes))
+
+
+@pytest.fixture(scope="session")
+def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
+    cluster = _cluster(services_dir, "kafka-1", 1, DEFAULT_KAFKA_VERSION)
+    cluster.start()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def kafka3(services_dir: Path) -> Iterator[KafkaCluster]:
+    cluster = _cluster(services_dir, "kafka-3", 3, DEFAULT_KAFKA_VERSION)
+    cluster.start()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def kafka39(services_dir: Path) -> Iterator[KafkaCluster]:
+    cluster = _cluster(services_dir, "kafka-39", 1, KAFKA_39)
+    cluster.start()
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def postgres(services_dir: Path) -> Iterator[LocalPostgres]:
+    server = LocalPostgres(services_dir / "postgres", port=free_ports(1)[0])
+    server.start()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(scope="session")
+def warehouse_engine(postgres: LocalPostgres):  # type: ignore[no-untyped-def]
+    from groupscope import warehouse
+
+    engine = warehouse.engine_for(postgres.url)
+    warehouse.migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Integration tests follow the fast unit tests, so a broken invariant shows first.
+    items.sort(key=lambda item: "integration" in str(item.fspath))
+

@@ -1,0 +1,226 @@
+"""Snapshots of a real single-broker Kafka: exact lag, every group kind, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import unique
+from kafkautil import (
+    Member,
+    admin,
+    commit_offsets,
+    create_topic,
+    produce_counts,
+    take_snapshot,
+    wait_until,
+)
+
+from groupscope.collector import ClusterUnavailable
+from groupscope.devstack.kafka import KafkaCluster
+from groupscope.model import GroupType, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+
+def test_lag_is_produced_minus_committed_exactly(kafka: KafkaCluster) -> None:
+    topic = unique("orders")
+    create_topic(kafka.bootstrap, topic, 4)
+    produced = produce_counts(kafka.bootstrap, topic, [50, 70, 0, 33])
+    committed = {(topic, 0): 20, (topic, 1): 70, (topic, 3): 1}  # partition 2: no commit
+    group = unique("lagging")
+    members = [
+        Member({"bootstrap.servers": kafka.bootstrap, "group.id": group,
+                "partition.assignment.strategy": "range"}, [topic], committed)
+        for _ in range(2)
+    ]
+    for m in members:
+        m.start()
+    try:
+        wait_until(lambda: sum(len(m.assignment) for m in members) == 4, 30,
+                   "both members to own the 4 partitions")
+        wait_until(lambda: all(m.committed.is_set() for m in members), 30, "the commits")
+        snapshot = wait_until(
+            lambda: (s := take_snapshot(kafka.bootstrap))
+            and getattr(_find(s, group), "state", None) == "Stable" and s,
+            30, "a stable group",
+        )
+    finally:
+        for m in members:
+            m.stop()
+    assert snapshot.complete, snapshot.errors
+    g = _group(snapshot, group)
+    assert (g.group_type, g.protocol_type, g.assignor) == (GroupType.CLASSIC, "consumer", "range")
+    assert len(g.members) == 2
+    owned = sorted(tp for m in g.members for tp in m.assignment)
+    assert owned == [TopicPartition(topic, p) for p in range(4)]
+    # range: 4 partitions over 2 members, contiguous halves, in member-id order
+    assert sorted(len(m.assignment) for m in g.members) == [2, 2]
+    offsets = snapshot.partition_offsets()
+    lags = {}
+    for o in g.offsets:
+        hw = offsets[TopicPartition(o.topic, o.partition)].high_watermark
+        assert hw is not None and o.offset is not None
+        lags[o.partition] = hw - o.offset
+    assert lags == {p: produced[p] - committed[(topic, p)] for (_, p) in committed}
+    assert offsets[TopicPartition(topic, 2)].high_watermark == 0
+    assert all(offsets[TopicPartition(topic, p)].log_start == 0 for p in range(4))
+
+
+def test_simple_group_and_owned_partition_without_commit(kafka: KafkaCluster) -> None:
+    topic = unique("audit")
+    create_topic(kafka.bootstrap, topic, 2)
+    produce_counts(kafka.bootstrap, topic, [10, 10])
+    group = unique("assign-only")
+    commit_offsets(kafka.bootstrap, group, {(topic, 1): 4})
+    snapshot = take_snapshot(kafka.bootstrap)
+    g = _group(snapshot, group)
+    assert g.is_simple and g.state == "Empty" and g.members == ()
+    assert [(o.partition, o.offset) for o in g.offsets] == [(1, 4)]
+    from groupscope.report import snapshot_json
+
+    doc = next(x for x in snapshot_json(snapshot)["groups"] if x["group_id"] == group)
+    assert doc["type"] == "classic" and doc["protocol_type"] == ""
+    assert [(o["partition"], o["lag"]) for o in doc["offsets"]] == [(1, 6)]
+
+
+def test_consumer_protocol_group_reports_members_and_target_assignment(
+    kafka: KafkaCluster,
+) -> None:
+    topic = unique("events")
+    create_topic(kafka.bootstrap, topic, 6)
+    group = unique("kip848")
+    members = [Member({"bootstrap.servers": kafka.bootstrap, "group.id": group,
+                       "group.protocol": "consumer"}, [topic]) for _ in range(2)]
+    for m in members:
+        m.start()
+    try:
+        snapshot = wait_until(
+            lambda: (s := take_snapshot(kafka.bootstrap)) and (g := _find(s, group))
+            and len(g.members) == 2 and all(len(m.assignment) == 3 for m in g.members) and s,
+            60, "two reconciled members",
+        )
+    finally:
+        for m in members:
+            m.stop()
+    g = _group(snapshot, group)
+    assert g.group_type is GroupType.CONSUMER
+    assert g.assignor == "uniform"
+    for m in g.members:
+        assert m.target_assignment == m.assignment
+
+
+def test_group_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
+    topic = unique("t")
+    create_topic(kafka.bootstrap, topic, 1)
+    doomed, kept = unique("doomed"), unique("kept")
+    for g in (doomed, kept):
+        commit_offsets(kafka.bootstrap, g, {(topic, 0): 0})
+    real = admin(kafka.bootstrap)
+
+    class DeletesAfterListing:
+        """The real admin client, but the group is deleted for real between list and
+        describe: the race a busy cluster produces, made deterministic."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def describe_consumer_groups(self, group_ids: list[str], **kw: object) -> object:
+            for f in real.delete_consumer_groups([doomed]).values():
+                f.result()
+            return real.describe_consumer_groups(group_ids, **kw)
+
+    snapshot = take_snapshot(kafka.bootstrap, admin_client=DeletesAfterListing())
+    assert not snapshot.complete
+    errors = [e for e in snapshot.errors if e.group_id == doomed]
+    assert [e.code for e in errors] == ["GROUP_ID_NOT_FOUND"]
+    assert _group(snapshot, doomed).state == "Dead"
+    assert _group(snapshot, kept).offsets[0].offset == 0
+    assert all(e.group_id == doomed for e in snapshot.errors)
+
+
+def test_topic_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
+    doomed, kept = unique("doomed-topic"), unique("kept-topic")
+    for t in (doomed, kept):
+        create_topic(kafka.bootstrap, t, 2)
+        produce_counts(kafka.bootstrap, t, [3, 3])
+    group = unique("reader")
+    commit_offsets(kafka.bootstrap, group, {(doomed, 0): 1, (kept, 1): 2})
+    real = admin(kafka.bootstrap)
+
+    class DeletesTopicAfterMetadata:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def list_consumer_groups(self, **kw: object) -> object:
+            for f in real.delete_topics([doomed], operation_timeout=30).values():
+                f.result()
+            wait_until(lambda: doomed not in real.list_topics(timeout=5).topics, 30,
+                       "the topic deletion")
+            return real.list_consumer_groups(**kw)
+
+    snapshot = take_snapshot(kafka.bootstrap, admin_client=DeletesTopicAfterMetadata(),
+                             attempts=2, retry_backoff_s=0.2)
+    assert not snapshot.complete
+    assert {e.topic for e in snapshot.errors} == {doomed}
+    assert all(e.code == "UNKNOWN_TOPIC_OR_PART" for e in snapshot.errors)
+    by_tp = snapshot.partition_offsets()
+    assert by_tp[TopicPartition(kept, 1)].high_watermark == 3
+    # the group and its commit on the deleted topic are kept: nothing is silently dropped
+    assert {(o.topic, o.offset) for o in _group(snapshot, group).offsets} == {
+        (doomed, 1), (kept, 2)}
+
+
+def test_unreachable_cluster_raises_clear_error() -> None:
+    from groupscope.devstack.ports import free_ports
+
+    port = free_ports(1)[0]
+    with pytest.raises(ClusterUnavailable, match="unavailable"):
+        take_snapshot(f"127.0.0.1:{port}", admin_client=admin(f"127.0.0.1:{port}"),
+                      request_timeout_s=3)
+
+
+def test_cli_json_and_errors(kafka: KafkaCluster) -> None:
+    topic = unique("cli")
+    create_topic(kafka.bootstrap, topic, 1)
+    produce_counts(kafka.bootstrap, topic, [9])
+    group = unique("cli-group")
+    commit_offsets(kafka.bootstrap, group, {(topic, 0): 2})
+    cli = [sys.executable, "-m", "groupscope.cli"]
+    out = subprocess.run([*cli, "snapshot", "--bootstrap", kafka.bootstrap, "--cluster", "ci",
+                          "--format", "json"], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["cluster"] == "ci" and doc["complete"] is True
+    g = next(x for x in doc["groups"] if x["group_id"] == group)
+    assert g["offsets"] == [{"topic": topic, "partition": 0, "committed": 2, "log_start": 0,
+                             "high_watermark": 9, "last_stable": 9, "lag": 7,
+                             "below_log_start": False}]
+    table = subprocess.run([*cli, "snapshot", "--bootstrap", kafka.bootstrap],
+                           capture_output=True, text=True, check=True).stdout
+    assert group in table and "simple" in table
+
+    from groupscope.devstack.ports import free_ports
+
+    for args, expected in [
+        (["--bootstrap", f"127.0.0.1:{free_ports(1)[0]}", "--timeout", "3"], "unavailable"),
+        (["--bootstrap", kafka.bootstrap, "--config", "oops"], "key=value"),
+        (["--bootstrap", kafka.bootstrap, "--config", "no.such=1"], "No such configuration"),
+        (["--bootstrap", "nohost"], "not host:port"),
+    ]:
+        bad = subprocess.run([*cli, "snapshot", *args], capture_output=True, text=True)
+        assert bad.returncode != 0
+        lines = bad.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], bad.stderr
+        assert "Traceback" not in bad.stderr
+
+
+def _find(snapshot, group_id):  # type: ignore[no-untyped-def]
+    return next((g for g in snapshot.groups if g.group_id == group_id), None)
+
+
+def _group(snapshot, group_id):  # type: ignore[no-untyped-def]
+    found = _find(snapshot, group_id)
+    assert found is not None, f"group {group_id!r} not in snapshot"
+    return found

@@ -1,0 +1,120 @@
+"""Helpers that drive a real Kafka cluster from tests: topics, exact production, commits and
+consumer-group members running in threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from groupscope.collector import Collector, CollectorSettings
+from groupscope.model import Snapshot
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
+    client = admin(bootstrap)  # must outlive its futures: a destroyed client fails them
+    futures = client.create_topics([NewTopic(name, partitions, replication)],
+                                   operation_timeout=30)
+    for future in futures.values():
+        future.result()
+    wait_until(lambda: name in client.list_topics(timeout=10).topics, 20,
+               f"topic {name} to appear")
+
+
+def produce_counts(bootstrap: str, topic: str, counts: Iterable[int]) -> list[int]:
+    """Produces exactly counts[p] records to partition p; returns the counts."""
+    counts = list(counts)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    for partition, count in enumerate(counts):
+        for i in range(count):
+            producer.produce(topic, value=f"{partition}:{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    return counts
+
+
+def commit_offsets(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commits as an assign()-style client would: no membership, a "simple" group."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+
+
+def take_snapshot(bootstrap: str, cluster: str = "test", admin_client: Any = None,
+                  **settings: Any) -> Snapshot:
+    collector = Collector(admin_client or admin(bootstrap), cluster,
+                          CollectorSettings(**{"request_timeout_s": 15, **settings}))
+    return collector.snapshot(datetime.now(UTC))
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Member(threading.Thread):
+    """A real group member in a thread: subscribes, and after each assignment commits
+    ``commit_at[(topic, partition)]`` for the partitions it owns; polls until stopped."""
+
+    def __init__(self, config: dict[str, Any], topics: list[str],
+                 commit_at: dict[tuple[str, int], int] | None = None) -> None:
+        super().__init__(daemon=True)
+        self.config = config
+        self.topics = topics
+        self.commit_at = commit_at or {}
+        self.assignment: list[tuple[str, int]] = []
+        self.assignments_seen = 0
+        self.committed = threading.Event()
+        self._stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            consumer = Consumer({"enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                 **self.config})
+            pending_commit = False
+
+            def on_assign(c: Any, partitions: list[TopicPartition]) -> None:
+                nonlocal pending_commit
+                self.assignments_seen += 1
+                pending_commit = True
+
+            consumer.subscribe(self.topics, on_assign=on_assign)
+            while not self._stop_event.is_set():
+                consumer.poll(0.2)
+                if pending_commit:
+                    owned = [(tp.topic, tp.partition) for tp in consumer.assignment()]
+                    self.assignment = sorted(owned)
+                    wanted = [TopicPartition(t, p, self.commit_at[(t, p)])
+                              for t, p in owned if (t, p) in self.commit_at]
+                    if wanted:
+                        consumer.commit(offsets=wanted, asynchronous=False)
+                    pending_commit = False
+                    self.committed.set()
+            consumer.close()
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the test through .error
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(30)

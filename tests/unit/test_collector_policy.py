@@ -1,0 +1,152 @@
+"""The collector's retry and concurrency policy, against a scripted admin client (pure logic:
+the real-cluster behaviour is covered in tests/integration)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from groupscope.collector import ClusterUnavailable, Collector, CollectorSettings
+from groupscope.model import Stage
+
+TS = datetime(2026, 11, 21, tzinfo=UTC)
+
+
+def _done(value: Any = None, error: int | None = None) -> concurrent.futures.Future[Any]:
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(KafkaException(KafkaError(error)))
+    return future
+
+
+class ScriptedAdmin:
+    """Groups g0..gN on one healthy topic; ``offsets_errors[group]`` lists the errors its
+    successive OffsetFetch calls return before succeeding."""
+
+    def __init__(self, groups: int, offsets_errors: dict[str, list[int]] | None = None,
+                 metadata_error: int | None = None) -> None:
+        self.groups = [f"g{i}" for i in range(groups)]
+        self.offsets_errors = defaultdict(list, offsets_errors or {})
+        self.metadata_error = metadata_error
+        self.calls: dict[str, int] = defaultdict(int)
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        self.pool = concurrent.futures.ThreadPoolExecutor(8)
+
+    def list_topics(self, timeout: float) -> Any:
+        if self.metadata_error is not None:
+            raise KafkaException(KafkaError(self.metadata_error))
+        partition = SimpleNamespace(leader=1)
+        return SimpleNamespace(
+            brokers={1: None},
+            topics={
+                "t": SimpleNamespace(error=None, partitions={0: partition}),
+                "__consumer_offsets": SimpleNamespace(
+                    error=None, partitions={p: partition for p in range(50)}),
+            },
+        )
+
+    def list_consumer_groups(self, **_: Any) -> Any:
+        listing = [SimpleNamespace(group_id=g, is_simple_consumer_group=True, state=None,
+                                   type=None) for g in self.groups]
+        return _done(SimpleNamespace(valid=listing, errors=[]))
+
+    def list_groups(self, timeout: float) -> list[Any]:
+        return []
+
+    def describe_consumer_groups(self, group_ids: list[str], **_: Any) -> dict[str, Any]:
+        self.calls["describe"] += 1
+        return {
+            g: _done(SimpleNamespace(
+                group_id=g, is_simple_consumer_group=True, members=[], partition_assignor="",
+                state=SimpleNamespace(name="EMPTY"), type=SimpleNamespace(name="CLASSIC"),
+                coordinator=SimpleNamespace(id=1)))
+            for g in group_ids
+        }
+
+    def list_consumer_group_offsets(self, request: list[Any], **_: Any) -> dict[str, Any]:
+        (req,) = request
+        group = req.group_id
+        self.calls[f"offsets:{group}"] += 1
+        errors = self.offsets_errors[group]
+        if errors:
+            return {group: _done(error=errors.pop(0))}
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+        def answer() -> Any:
+            threading.Event().wait(0.01)
+            with self.lock:
+                self.in_flight -= 1
+            tp = SimpleNamespace(topic="t", partition=0, offset=5, leader_epoch=None,
+                                 metadata="", error=None)
+            return SimpleNamespace(topic_partitions=[tp])
+
+        return {group: self.pool.submit(answer)}
+
+    def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Any]:
+        return {tp: _done(SimpleNamespace(offset=10)) for tp in request}
+
+
+def _collect(admin: ScriptedAdmin, **settings: Any) -> Any:
+    collector = Collector(admin, "c", CollectorSettings(**settings), sleep=lambda _: None)
+    return collector.snapshot(TS)
+
+
+def test_coordinator_errors_are_retried_then_succeed() -> None:
+    admin = ScriptedAdmin(3, {"g1": [KafkaError.NOT_COORDINATOR,
+                                     KafkaError.COORDINATOR_LOAD_IN_PROGRESS]})
+    snapshot = _collect(admin, attempts=3)
+    assert snapshot.complete
+    assert admin.calls["offsets:g1"] == 3
+    assert {g.group_id: g.offsets[0].offset for g in snapshot.groups} == {
+        "g0": 5, "g1": 5, "g2": 5}
+
+
+def test_retries_are_bounded_and_the_failure_is_recorded() -> None:
+    admin = ScriptedAdmin(2, {"g0": [KafkaError.NOT_COORDINATOR] * 10})
+    snapshot = _collect(admin, attempts=3)
+    assert admin.calls["offsets:g0"] == 3
+    assert not snapshot.complete
+    (error,) = snapshot.errors
+    assert (error.stage, error.code, error.group_id, error.attempts) == (
+        Stage.GROUP_OFFSETS, "NOT_COORDINATOR", "g0", 3)
+    # the group is still in the snapshot, with what could be learned about it
+    assert [g.group_id for g in snapshot.groups] == ["g0", "g1"]
+    assert snapshot.groups[0].offsets == ()
+
+
+def test_non_retriable_errors_are_not_retried() -> None:
+    admin = ScriptedAdmin(1, {"g0": [KafkaError.GROUP_AUTHORIZATION_FAILED]})
+    snapshot = _collect(admin, attempts=5)
+    assert admin.calls["offsets:g0"] == 1
+    assert [e.code for e in snapshot.errors] == ["GROUP_AUTHORIZATION_FAILED"]
+
+
+def test_offset_fetches_stay_within_the_concurrency_bound() -> None:
+    admin = ScriptedAdmin(60)
+    snapshot = _collect(admin, offsets_concurrency=4)
+    assert snapshot.complete and len(snapshot.groups) == 60
+    assert 1 < admin.max_in_flight <= 4
+
+
+@pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError._AUTHENTICATION])
+def test_an_unreachable_cluster_raises_a_clear_error(code: int) -> None:
+    with pytest.raises(ClusterUnavailable, match="cluster 'c' is unavailable"):
+        _collect(ScriptedAdmin(1, metadata_error=code))
+
+
+def test_naive_snapshot_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        Collector(ScriptedAdmin(1), "c").snapshot(datetime(2026, 1, 1))  # noqa: DTZ001
