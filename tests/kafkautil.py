@@ -9,11 +9,14 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from groupscope.collector import Collector, CollectorSettings
 from groupscope.model import Snapshot
+
+COORDINATOR_WARMING = {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
+                       "COORDINATOR_LOAD_IN_PROGRESS"}
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -45,11 +48,18 @@ def commit_offsets(bootstrap: str, group: str, offsets: dict[tuple[str, int], in
     """Commits as an assign()-style client would: no membership, a "simple" group."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False})
+    wanted = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    deadline = time.monotonic() + 30
     try:
-        consumer.commit(
-            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-            asynchronous=False,
-        )
+        while True:
+            try:
+                consumer.commit(offsets=wanted, asynchronous=False)
+                return
+            except KafkaException as exc:
+                # A fresh cluster creates and loads __consumer_offsets on the first commit.
+                if exc.args[0].name() not in COORDINATOR_WARMING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 

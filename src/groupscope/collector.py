@@ -105,11 +105,15 @@ class _Failure:
     attempts: int = 1
 
 
-def failure_of(exc: BaseException) -> _Failure:
-    """Normalise what a future raised into (Kafka error name, message, retriable)."""
+def failure_of(exc: Any) -> _Failure:
+    """Normalise what a future raised, or a bare KafkaError that a result lists, into
+    (Kafka error name, message, retriable)."""
     if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
         return _Failure("_TIMED_OUT", "no answer before the request timeout", True)
-    error: Any = exc.args[0] if exc.args else None
+    if callable(getattr(exc, "name", None)):
+        error: Any = exc
+    else:
+        error = exc.args[0] if getattr(exc, "args", None) else None
     name = getattr(error, "name", None)
     if callable(name):
         code = str(name())
@@ -212,25 +216,39 @@ class Collector:
 
     # -- 2. list ---------------------------------------------------------------------------
     def _list_groups(self, errors: list[CollectionError]) -> list[_Listing]:
-        self.requests["ListGroups"] += 1
         listings: dict[str, _Listing] = {}
-        try:
-            result = self.admin.list_consumer_groups(
-                request_timeout=self.settings.request_timeout_s
-            ).result()
-        except Exception as exc:
-            failure = failure_of(exc)
-            if failure.code in {"_TRANSPORT", "_TIMED_OUT", "_AUTHENTICATION"}:
-                raise ClusterUnavailable(_unavailable_message(self.cluster, failure)) from None
-            errors.append(_error(Stage.LIST_GROUPS, failure))
-            result = None
+        result = None
+        for attempt in range(1, self.settings.attempts + 1):
+            self.requests["ListGroups"] += 1
+            try:
+                result = self.admin.list_consumer_groups(
+                    request_timeout=self.settings.request_timeout_s
+                ).result()
+            except Exception as exc:
+                failure = failure_of(exc)
+                if failure.code in {"_TRANSPORT", "_TIMED_OUT", "_AUTHENTICATION"}:
+                    raise ClusterUnavailable(
+                        _unavailable_message(self.cluster, failure)) from None
+                failures = [failure]
+            else:
+                # A broker that could not answer (its coordinator loading, say) is one error
+                # here while the other brokers' groups are listed.
+                failures = [failure_of(e) for e in result.errors or ()]
+            if not failures:
+                break
+            if attempt < self.settings.attempts and all(f.retriable for f in failures):
+                self.sleep(self.settings.retry_backoff_s * 2 ** (attempt - 1))
+                continue
+            errors.extend(
+                _error(Stage.LIST_GROUPS, dataclasses.replace(f, attempts=attempt))
+                for f in failures
+            )
+            break
         if result is not None:
-            errors.extend(_error(Stage.LIST_GROUPS, failure_of(e)) for e in result.errors or ())
             for g in result.valid or ():
-                gtype = _group_type(getattr(g, "type", None))
                 listings[g.group_id] = _Listing(
                     group_id=g.group_id,
-                    group_type=gtype,
+                    group_type=_group_type(getattr(g, "type", None)),
                     state=_state_name(getattr(g, "state", None)),
                     protocol_type="" if g.is_simple_consumer_group else "consumer",
                 )
@@ -347,7 +365,7 @@ class Collector:
             offsets = []
             for tp in outcome.topic_partitions or ():
                 if tp.error is not None:
-                    failure = failure_of(Exception(tp.error))
+                    failure = failure_of(tp.error)
                     errors.append(
                         _error(Stage.GROUP_OFFSETS, failure, group_id=group_id,
                                topic=tp.topic, partition=tp.partition)

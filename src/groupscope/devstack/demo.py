@@ -112,8 +112,9 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    owned = [TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t])]
     if spec.assign_only:
-        consumer.assign([TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t])])
+        consumer.assign(owned)
     else:
         consumer.subscribe(list(spec.topics))
     started = time.monotonic()
@@ -125,6 +126,12 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
             msg = consumer.poll(0.2)
             if msg is not None and not msg.error():
                 time.sleep(1.0 / spec.rate)  # "processing": slower than production, lag grows
+            elif msg is not None and spec.assign_only:
+                # librdkafka gives up on an assign()ed partition when fetching its committed
+                # offset fails (NOT_COORDINATOR while a fresh cluster creates the offsets
+                # topic); an application assigns again.
+                time.sleep(1.0)
+                consumer.assign(owned)
             if time.monotonic() - last_commit >= 1.0:
                 with contextlib.suppress(Exception):  # nothing consumed yet to commit
                     consumer.commit(asynchronous=False)

@@ -1,0 +1,134 @@
+"""The demo workload against a real broker: every group kind shows up as what it is, and churn
+is real (a graceful leave is seen at once, a SIGKILL only after the session timeout)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafkautil import take_snapshot, wait_until
+
+from groupscope.devstack.demo import DEMO_GROUPS, TOPICS, Demo, GroupSpec
+from groupscope.devstack.kafka import KafkaCluster
+from groupscope.model import GroupType, Snapshot, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def demo(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    workload = Demo(kafka.bootstrap, tmp_path_factory.mktemp("demo"))
+    workload.start()
+    yield workload
+    workload.stop()
+
+
+def _unsettled(snapshot: Snapshot) -> list[str]:
+    """What still keeps the demo groups from their steady shape (empty: settled)."""
+    groups = {g.group_id: g for g in snapshot.groups}
+    waiting = []
+    for spec in DEMO_GROUPS:
+        g = groups.get(spec.group_id)
+        if g is None:
+            waiting.append(f"{spec.group_id}: not listed")
+        elif spec.empty or spec.assign_only:
+            if g.state != "Empty" or not g.offsets:
+                waiting.append(f"{spec.group_id}: {g.state}, {len(g.offsets)} offsets")
+        elif (g.state != "Stable" or len(g.members) != spec.members
+              or sum(len(m.assignment) for m in g.members) != _partitions(spec)):
+            owned = sum(len(m.assignment) for m in g.members)
+            waiting.append(f"{spec.group_id}: {g.state}, {len(g.members)} members, "
+                           f"{owned} partitions")
+    return waiting
+
+
+def _partitions(spec: GroupSpec) -> int:
+    return sum(TOPICS[t] for t in spec.topics)
+
+
+def test_every_demo_group_kind_appears_as_what_it_is(kafka: KafkaCluster, demo: Demo) -> None:
+    last: list[Snapshot] = []
+
+    def settled() -> bool:
+        last[:] = [take_snapshot(kafka.bootstrap)]
+        return not _unsettled(last[0])
+
+    try:
+        wait_until(settled, 90, "every demo group to settle")
+    except AssertionError:
+        raise AssertionError(f"unsettled: {_unsettled(last[0])}") from None
+    snapshot = last[0]
+    assert snapshot.complete, snapshot.errors
+    groups = {g.group_id: g for g in snapshot.groups}
+    for spec in DEMO_GROUPS:
+        g = groups[spec.group_id]
+        expected_partitions = sorted(
+            TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t]))
+        if spec.assign_only:
+            assert (g.group_type, g.protocol_type, g.members) == (GroupType.CLASSIC, "", ())
+            assert sorted(TopicPartition(o.topic, o.partition) for o in g.offsets) == \
+                expected_partitions
+            continue
+        if spec.empty:
+            assert g.state == "Empty" and g.members == () and g.protocol_type == "consumer"
+            assert {o.topic for o in g.offsets} == set(spec.topics)
+            continue
+        assert g.group_type is (GroupType.CONSUMER if spec.protocol == "consumer"
+                                else GroupType.CLASSIC)
+        assert g.assignor == (spec.assignor or "uniform")
+        owned = sorted(tp for m in g.members for tp in m.assignment)
+        assert owned == expected_partitions, f"{spec.group_id}: each partition exactly once"
+        counts = sorted(len(m.assignment) for m in g.members)
+        assert counts[-1] - counts[0] <= _max_spread(spec), (spec.group_id, counts)
+        assert {m.client_id for m in g.members} == {
+            f"{spec.group_id}-{i}" for i in range(spec.members)}
+        instance_ids = {m.instance_id for m in g.members}
+        if spec.static:
+            assert instance_ids == {spec.instance_id(i) for i in range(spec.members)}
+        else:
+            assert instance_ids == {None}
+        if spec.protocol == "consumer":
+            assert all(m.target_assignment == m.assignment for m in g.members)
+        assert g.coordinator_id == g.expected_coordinator_id == 1
+
+
+def _max_spread(spec: GroupSpec) -> int:
+    # range assigns per topic, so the first members can lead by one partition per topic
+    return len(spec.topics) if spec.assignor == "range" else 1
+
+
+def test_graceful_leave_is_immediate_and_a_crash_waits_for_the_session(
+    kafka: KafkaCluster, demo: Demo
+) -> None:
+    spec = next(g for g in DEMO_GROUPS if g.churn)
+    wait_until(lambda: _members(kafka, spec.group_id) == spec.members, 60, "the full group")
+    alive = [p for p in demo.members[spec.group_id] if p.poll() is None]
+
+    alive[-1].send_signal(signal.SIGTERM)  # close(): LeaveGroup
+    wait_until(lambda: _members(kafka, spec.group_id) == spec.members - 1, 8,
+               "the graceful leave to show")
+
+    alive[0].kill()  # SIGKILL: no LeaveGroup
+    alive[0].wait()
+    killed_at = time.monotonic()
+    assert _members(kafka, spec.group_id) == spec.members - 1  # still counted
+    wait_until(lambda: _members(kafka, spec.group_id) == spec.members - 2, 30,
+               "the session timeout to expire the crashed member")
+    # the demo's classic session timeout is 6 s: gone no sooner than that, less a poll
+    assert time.monotonic() - killed_at > 4
+
+    demo.add_member(spec, 10)  # and a join
+    wait_until(lambda: _members(kafka, spec.group_id) == spec.members - 1, 30, "the join")
+
+
+def _members(kafka: KafkaCluster, group_id: str) -> int:
+    g = next(g for g in take_snapshot(kafka.bootstrap).groups if g.group_id == group_id)
+    return len(g.members)
+
+
+def test_demo_log_dir_holds_member_logs(demo: Demo) -> None:
+    logs = sorted(p.name for p in Path(demo.log_dir).glob("*.log"))
+    assert "producer.log" in logs and "demo-range-0.log" in logs

@@ -1,0 +1,150 @@
+"""Landing and warehouse loading against a real PostgreSQL: hostile names arrive unchanged,
+loads are idempotent, and a warehouse that is down loses nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import unique
+from kafkautil import commit_offsets, create_topic, produce_counts, take_snapshot
+from sqlalchemy import Engine, text
+
+from groupscope import warehouse
+from groupscope.devstack.kafka import KafkaCluster
+from groupscope.landing import land, landed_snapshots
+from groupscope.tables import KEYS, SCHEMAS, to_tables
+
+pytestmark = pytest.mark.integration
+
+HOSTILE_GROUPS = [
+    "quote'single",
+    'quote"double',
+    "back\\slash",
+    "unicode-グループ-ünïcødé-😀",
+    "semi;colon -- DROP TABLE raw.snapshots",
+    "g" * 249,
+]
+
+
+def _dump(engine: Engine, cluster: str) -> dict[str, list[tuple[object, ...]]]:
+    out = {}
+    with engine.connect() as conn:
+        for table, key in KEYS.items():
+            order = ", ".join(key)
+            out[table] = [tuple(r) for r in conn.execute(text(
+                f"SELECT * FROM raw.{table} WHERE cluster = :c ORDER BY {order}"), {"c": cluster})]
+    return out
+
+
+def test_hostile_names_reach_the_warehouse_unchanged(
+    kafka: KafkaCluster, warehouse_engine: Engine, tmp_path: Path
+) -> None:
+    # Topic names are restricted by Kafka to [a-zA-Z0-9._-], up to 249 characters.
+    topic = ("t." + unique("x") + "_-" + "z" * 249)[:249]
+    create_topic(kafka.bootstrap, topic, 1)
+    produce_counts(kafka.bootstrap, topic, [5])
+    groups = HOSTILE_GROUPS
+    for i, g in enumerate(groups):
+        commit_offsets(kafka.bootstrap, g, {(topic, 0): i})
+    cluster = unique("hostile")
+    snapshot = take_snapshot(kafka.bootstrap, cluster=cluster)
+    landed = land(snapshot, tmp_path)
+    warehouse.load_snapshot(warehouse_engine, landed.read())
+
+    with warehouse_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT group_id, committed_offset FROM raw.committed_offsets"
+            " WHERE cluster = :c AND topic = :t"), {"c": cluster, "t": topic}).all()
+        lag = dict(conn.execute(text(
+            "SELECT group_id, lag FROM raw.latest_group_lag WHERE cluster = :c AND topic = :t"),
+            {"c": cluster, "t": topic}).all())
+    assert sorted(rows) == sorted((g, i) for i, g in enumerate(groups))
+    assert lag == {g: 5 - i for i, g in enumerate(groups)}
+    described = {row[2] for row in _dump(warehouse_engine, cluster)["consumer_groups"]}
+    assert set(groups) <= described
+    # the landing zone kept them unchanged too
+    landed_groups = pq.read_table(landed.path("committed_offsets")).column("group_id")
+    assert set(groups) <= set(landed_groups.to_pylist())
+
+
+def test_loading_twice_changes_nothing(
+    kafka: KafkaCluster, warehouse_engine: Engine, tmp_path: Path
+) -> None:
+    topic = unique("idem")
+    create_topic(kafka.bootstrap, topic, 3)
+    produce_counts(kafka.bootstrap, topic, [4, 5, 6])
+    commit_offsets(kafka.bootstrap, unique("idem-group"), {(topic, 0): 1, (topic, 2): 3})
+    cluster = unique("idem")
+    snapshot = take_snapshot(kafka.bootstrap, cluster=cluster)
+    landed = land(snapshot, tmp_path)
+    warehouse.load_snapshot(warehouse_engine, landed.read())
+    first = _dump(warehouse_engine, cluster)
+    warehouse.load_snapshot(warehouse_engine, landed.read())
+    warehouse.load_snapshot(warehouse_engine, to_tables(snapshot))
+    assert _dump(warehouse_engine, cluster) == first
+    assert len(first["snapshots"]) == 1 and first["snapshots"][0][3] is True  # complete
+    # landing is append-only and idempotent as well: the same snapshot is one set of files
+    assert land(snapshot, tmp_path) == landed
+    assert len(landed_snapshots(tmp_path, cluster)) == 1
+
+
+def test_landing_layout_and_round_trip(kafka: KafkaCluster, tmp_path: Path) -> None:
+    snapshot = take_snapshot(kafka.bootstrap, cluster="layout")
+    landed = land(snapshot, tmp_path)
+    ts = snapshot.snapshot_ts
+    for table in SCHEMAS:
+        path = landed.path(table)
+        assert path.exists()
+        assert path.parent == (tmp_path / "snapshots" / table / "cluster=layout"
+                               / f"date={ts:%Y-%m-%d}" / f"hour={ts:%H}")
+    read = landed.read()
+    for name, table in to_tables(snapshot).items():
+        assert read[name].equals(table), name
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
+    with warehouse_engine.connect() as conn:
+        for table, schema in SCHEMAS.items():
+            columns = conn.execute(text(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = 'raw' AND table_name = :t ORDER BY ordinal_position"),
+                {"t": table}).scalars().all()
+            assert columns == schema.names, table
+            key = conn.execute(text(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a"
+                " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+                " WHERE i.indrelid = ('raw.' || :t)::regclass AND i.indisprimary"),
+                {"t": table}).scalars().all()
+            assert set(key) == set(KEYS[table]), table
+
+
+def test_migrations_are_idempotent_and_guarded(warehouse_engine: Engine, tmp_path: Path) -> None:
+    assert warehouse.migrate(warehouse_engine) == []
+    edited = tmp_path / "migrations"
+    edited.mkdir()
+    for m in warehouse.migrations():
+        (edited / f"{m.name}.sql").write_text(m.sql + "\n-- edited\n")
+    with pytest.raises(RuntimeError, match="different contents"):
+        warehouse.migrate(warehouse_engine, tmp_path)
+
+
+def test_warehouse_down_is_a_clear_error_and_landed_data_is_kept(
+    kafka: KafkaCluster, warehouse_engine: Engine, tmp_path: Path
+) -> None:
+    from groupscope.devstack.ports import free_ports
+
+    snapshot = take_snapshot(kafka.bootstrap, cluster=unique("down"))
+    landed = land(snapshot, tmp_path)
+    down = warehouse.engine_for(
+        f"postgresql://groupscope:secret-pw@127.0.0.1:{free_ports(1)[0]}/groupscope")
+    with pytest.raises(warehouse.WarehouseUnavailable, match="unreachable") as info:
+        warehouse.load_snapshot(down, landed.read())
+    assert "secret-pw" not in str(info.value)
+    # later, with the warehouse back, the landed snapshot loads: nothing was lost
+    pending = [s for s in landed_snapshots(tmp_path) if s.cluster == snapshot.cluster]
+    assert len(pending) == 1
+    warehouse.load_snapshot(warehouse_engine, pending[0].read())
+    assert _dump(warehouse_engine, snapshot.cluster)["snapshots"]
