@@ -122,7 +122,7 @@ class Member(threading.Thread):
                     pending_commit = False
                     self.committed.set()
             consumer.close()
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the test through .error
+        except BaseException as exc:
             self.error = exc
 
     def stop(self) -> None:

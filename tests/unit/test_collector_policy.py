@@ -149,4 +149,4 @@ def test_an_unreachable_cluster_raises_a_clear_error(code: int) -> None:
 
 def test_naive_snapshot_time_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        Collector(ScriptedAdmin(1), "c").snapshot(datetime(2026, 1, 1))  # noqa: DTZ001
+        Collector(ScriptedAdmin(1), "c").snapshot(datetime(2026, 1, 1))

@@ -1,5 +1,6 @@
-"""Kafka's group -> __consumer_offsets partition formula. The numbered cases are Java's own
-String.hashCode values; tests/integration/test_coordinators.py checks many more against a JVM."""
+"""Kafka's group -> __consumer_offsets partition formula. The cases are Java's own
+String.hashCode values; tests/integration/test_coordinators.py checks many more against a JVM
+and the formula against real brokers."""
 
 import pytest
 
@@ -14,7 +15,7 @@ HASHES = [
     ("hello", 99162322),
     # 4. overflows: Java wraps modulo 2^32 into a negative int
     ("my-group", -1_906_497_762),
-    # 5. hashes to Integer.MIN_VALUE, where Math.abs stays negative: Kafka's abs masks instead
+    # 5. hashes to Integer.MIN_VALUE, whose Math.abs stays negative (Kafka maps it to 0)
     ("polygenelubricants", -2_147_483_648),
     # 6. a BMP non-ASCII character counts as one UTF-16 unit
     ("é", 233),
@@ -29,15 +30,16 @@ def test_java_string_hashcode(text: str, expected: int) -> None:
 
 
 def test_min_value_hash_maps_to_partition_zero() -> None:
-    # Math.abs(Integer.MIN_VALUE) would be negative; x & 0x7fffffff is 0.
+    # Math.abs(Integer.MIN_VALUE) is still negative; Kafka's Utils.abs returns 0 for it.
     assert offsets_partition_for("polygenelubricants", 50) == 0
 
 
-def test_negative_hash_is_masked_not_negated() -> None:
+def test_negative_hash_uses_the_absolute_value_not_a_mask() -> None:
+    # Kafka's own documented example: kafka-cp my-group -> 12 with 50 partitions.
     h = java_string_hashcode("my-group")
     assert h < 0
-    assert offsets_partition_for("my-group", 50) == (h & 0x7FFFFFFF) % 50
-    assert (h & 0x7FFFFFFF) % 50 != abs(h) % 50  # the two readings really differ here
+    assert offsets_partition_for("my-group", 50) == 12 == abs(h) % 50
+    assert (h & 0x7FFFFFFF) % 50 != 12  # the partitioner's toPositive would be wrong here
 
 
 def test_partition_count_must_be_positive() -> None:
