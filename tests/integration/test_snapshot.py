@@ -20,7 +20,7 @@ from kafkautil import (
 
 from groupscope.collector import ClusterUnavailable
 from groupscope.devstack.kafka import KafkaCluster
-from groupscope.model import GroupType, TopicPartition
+from groupscope.model import GroupType, Stage, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -150,25 +150,35 @@ def test_topic_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
     commit_offsets(kafka.bootstrap, group, {(doomed, 0): 1, (kept, 1): 2})
     real = admin(kafka.bootstrap)
 
-    class DeletesTopicAfterMetadata:
+    class DeletesTopicBeforeListOffsets:
+        """The topic is deleted for real after the group's offsets were fetched and before
+        the partition offsets are: the collector holds partitions that no longer exist."""
+
+        deleted = False
+
         def __getattr__(self, name: str) -> object:
             return getattr(real, name)
 
-        def list_consumer_groups(self, **kw: object) -> object:
-            for f in real.delete_topics([doomed], operation_timeout=30).values():
-                f.result()
-            wait_until(lambda: doomed not in real.list_topics(timeout=5).topics, 30,
-                       "the topic deletion")
-            return real.list_consumer_groups(**kw)
+        def list_offsets(self, *args: object, **kw: object) -> object:
+            if not self.deleted:
+                for f in real.delete_topics([doomed], operation_timeout=30).values():
+                    f.result()
+                wait_until(lambda: doomed not in real.list_topics(timeout=5).topics, 30,
+                           "the topic deletion")
+                self.deleted = True
+            return real.list_offsets(*args, **kw)
 
-    snapshot = take_snapshot(kafka.bootstrap, admin_client=DeletesTopicAfterMetadata(),
+    snapshot = take_snapshot(kafka.bootstrap, admin_client=DeletesTopicBeforeListOffsets(),
                              attempts=2, retry_backoff_s=0.2)
     assert not snapshot.complete
-    assert {e.topic for e in snapshot.errors} == {doomed}
-    assert all(e.code == "UNKNOWN_TOPIC_OR_PART" for e in snapshot.errors)
+    assert {(e.stage, e.topic) for e in snapshot.errors} == {
+        (Stage.PARTITION_OFFSETS, doomed)}
+    assert {e.partition for e in snapshot.errors} == {0}  # the one partition the group holds
+    assert all(e.code == "UNKNOWN_TOPIC_OR_PART" for e in snapshot.errors), snapshot.errors
     by_tp = snapshot.partition_offsets()
     assert by_tp[TopicPartition(kept, 1)].high_watermark == 3
-    # the group and its commit on the deleted topic are kept: nothing is silently dropped
+    # the deleted topic's partitions stay in the snapshot, their offsets unknown, not dropped
+    assert by_tp[TopicPartition(doomed, 0)].high_watermark is None
     assert {(o.topic, o.offset) for o in _group(snapshot, group).offsets} == {
         (doomed, 1), (kept, 2)}
 

@@ -380,7 +380,11 @@ def _not_zombie(pid: int) -> bool:
 
 
 def _kafka_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding. Like Kafka's own
+    Uuid.randomUuid, never one starting with '-', which a command line reads as an option."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate

@@ -1,0 +1,110 @@
+"""The local runtime: dev/stack up/down on a clean folder, clear errors, and Kafka 3.9."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import unique
+from kafkautil import (
+    Member,
+    commit_offsets,
+    create_topic,
+    produce_counts,
+    take_snapshot,
+    wait_until,
+)
+
+from groupscope.devstack import StackError
+from groupscope.devstack.__main__ import Stack
+from groupscope.devstack.kafka import KafkaCluster, kafka_libs, require_java
+from groupscope.devstack.ports import LOOPBACK, free_port_block, free_ports
+from groupscope.model import GroupType
+
+pytestmark = pytest.mark.integration
+
+
+def test_stack_up_is_idempotent_and_down_removes_everything(tmp_path: Path) -> None:
+    stack = Stack(tmp_path / ".stack", tmp_path / ".stack.env")
+    kafka_port, pg_port = free_port_block(1), free_ports(1)[0]
+    env = stack.up(1, "4.3.1", kafka_port, pg_port)
+    assert env["KAFKA_BOOTSTRAP"] == f"127.0.0.1:{kafka_port}"
+    assert env["WAREHOUSE_URL"].startswith("postgresql://")
+    assert f":{pg_port}/" in env["WAREHOUSE_URL"]
+    written = dict(line.split("=", 1) for line in stack.env_file.read_text().splitlines())
+    assert written["KAFKA_BOOTSTRAP"] == env["KAFKA_BOOTSTRAP"]
+    assert written["WAREHOUSE_URL"] == env["WAREHOUSE_URL"]
+    try:
+        assert stack.up(1, "4.3.1", kafka_port, pg_port) == env  # again: nothing changes
+        with pytest.raises(StackError, match="another layout"):
+            stack.up(3, "4.3.1", kafka_port, pg_port)
+        from sqlalchemy import text
+
+        from groupscope import warehouse
+
+        engine = warehouse.engine_for(env["WAREHOUSE_URL"])
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar() == 0
+        engine.dispose()
+        assert "node 1 up" in stack.status()
+    finally:
+        stack.down()
+    assert not stack.env_file.exists()
+    assert not (tmp_path / ".stack" / "kafka").exists()
+    assert not (tmp_path / ".stack" / "postgres").exists()
+    assert "no stack" in stack.status()
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((LOOPBACK, 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        cluster = KafkaCluster(tmp_path / "k", base_port=port,
+                               controller_base_port=free_port_block(1))
+        with pytest.raises(StackError, match=f"port {port} on 127.0.0.1 is already in use"):
+            cluster.start()
+
+
+def test_missing_java_and_maven_are_clear_errors(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither java nor mvn is found there
+    monkeypatch.setenv("GROUPSCOPE_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
+    with pytest.raises(StackError, match="Java is not on PATH"):
+        require_java()
+    with pytest.raises(StackError, match=r"Maven \(mvn\) is not on PATH"):
+        kafka_libs("4.3.1")
+    with pytest.raises(StackError, match="not supported"):
+        kafka_libs("2.8.0")
+
+
+@pytest.mark.kafka39
+def test_kafka_39_snapshots_like_4x(kafka39: KafkaCluster) -> None:
+    topic = unique("old")
+    create_topic(kafka39.bootstrap, topic, 3)
+    produce_counts(kafka39.bootstrap, topic, [5, 6, 7])
+    simple = unique("simple39")
+    commit_offsets(kafka39.bootstrap, simple, {(topic, 1): 2})
+    group = unique("rr39")
+    member = Member({"bootstrap.servers": kafka39.bootstrap, "group.id": group,
+                     "partition.assignment.strategy": "roundrobin"}, [topic],
+                    {(topic, 0): 5, (topic, 2): 1})
+    member.start()
+    try:
+        snapshot = wait_until(
+            lambda: (s := take_snapshot(kafka39.bootstrap))
+            and any(g.group_id == group and g.state == "Stable" and len(g.offsets) == 2
+                    for g in s.groups) and s,
+            60, "the group to be stable with its commits")
+    finally:
+        member.stop()
+    assert snapshot.complete, snapshot.errors
+    groups = {g.group_id: g for g in snapshot.groups}
+    rr = groups[group]
+    assert (rr.group_type, rr.assignor, len(rr.members)) == (GroupType.CLASSIC, "roundrobin", 1)
+    assert len(rr.members[0].assignment) == 3
+    hw = {p.partition: p.high_watermark for p in snapshot.partitions if p.topic == topic}
+    assert {o.partition: hw[o.partition] - o.offset for o in rr.offsets} == {0: 0, 2: 6}
+    assert groups[simple].is_simple and groups[simple].offsets[0].offset == 2
+    assert rr.coordinator_id == rr.expected_coordinator_id == 1
