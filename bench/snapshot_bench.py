@@ -54,23 +54,38 @@ print(json.dumps({
 
 
 def setup(bootstrap: str, groups: int, partitions: int, topics: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     names = [f"bench.topic-{t}" for t in range(topics)]
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result()
-    time.sleep(2)
-    pending = []
-    for g in range(groups):
-        topic = names[g % topics]
-        request = ConsumerGroupTopicPartitions(
-            f"bench-group-{g:05d}", [TopicPartition(topic, p, 1) for p in range(partitions)])
-        pending.extend(admin.alter_consumer_group_offsets([request]).values())
-        if len(pending) >= 64:
-            for future in pending:
-                future.result()
-            pending = []
-    for future in pending:
-        future.result()
+    for start in range(0, len(names), 50):
+        batch = [NewTopic(n, partitions, 1) for n in names[start : start + 50]]
+        for future in admin.create_topics(batch, operation_timeout=60).values():
+            future.result()
+    wanted = [
+        ConsumerGroupTopicPartitions(
+            f"bench-group-{g:05d}",
+            [TopicPartition(names[g % topics], p, 1) for p in range(partitions)])
+        for g in range(groups)
+    ]
+    # The first commit creates and loads __consumer_offsets; commits fail until it is ready.
+    pending = wanted
+    for round_ in range(10):
+        failed = []
+        for start in range(0, len(pending), 64):
+            chunk = pending[start : start + 64]
+            futures = [admin.alter_consumer_group_offsets([r], request_timeout=60)
+                       for r in chunk]
+            for request, future in zip(chunk, futures, strict=True):
+                try:
+                    next(iter(future.values())).result()
+                except Exception:
+                    failed.append(request)
+        print(f"  committed {len(pending) - len(failed)} of {len(pending)} groups",
+              file=sys.stderr)
+        if not failed:
+            return
+        pending = failed
+        time.sleep(2 * (round_ + 1))
+    raise RuntimeError(f"{len(pending)} groups could not commit their offsets")
 
 
 def run_groupscope(bootstrap: str, concurrency: int) -> dict[str, object]:

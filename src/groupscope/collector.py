@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
+import queue
 import time
 import warnings
 from collections import Counter
@@ -81,16 +82,20 @@ class ClusterUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class CollectorSettings:
     request_timeout_s: float = 30.0
-    offsets_concurrency: int = 32
+    offsets_concurrency: int = 128
     describe_batch: int = 500
+    describe_in_flight: int = 4  # batches
     list_offsets_batch: int = 5000
     attempts: int = 3  # per group or partition, for retriable errors
     retry_backoff_s: float = 0.5
-    # The classic ListGroups round is the only way to see groups of other protocol types.
-    include_other_protocols: bool = True
+    # One classic ListGroups + DescribeGroups round, batched per broker. It is the only way
+    # to see groups of other protocol types (Connect...), and it fully describes memberless
+    # classic groups, which then need no describe request of their own.
+    classic_view: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("offsets_concurrency", "describe_batch", "list_offsets_batch", "attempts"):
+        for name in ("offsets_concurrency", "describe_batch", "describe_in_flight",
+                     "list_offsets_batch", "attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.request_timeout_s <= 0:
@@ -128,7 +133,8 @@ class _Metadata:
     brokers: set[int]
     topics: dict[str, TopicInfo]
     offsets_leaders: dict[int, int]  # __consumer_offsets partition -> leader broker id
-    errors: list[CollectionError]
+    # Topics whose metadata came back with an error; they matter only if a group touches them.
+    topic_errors: dict[str, CollectionError]
 
 
 @dataclass
@@ -140,6 +146,17 @@ class _Listing:
     # Filled for groups of other protocol types, which DescribeConsumerGroups refuses.
     assignor: str | None = None
     members: tuple[Member, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Described:
+    group_type: GroupType
+    state: str
+    protocol_type: str
+    assignor: str | None
+    coordinator_id: int | None
+    members: tuple[Member, ...]
+    from_classic_view: bool = False
 
 
 T = TypeVar("T")
@@ -165,10 +182,23 @@ class Collector:
         if snapshot_ts.tzinfo is None:
             raise ValueError("snapshot_ts must be timezone-aware (UTC)")
         metadata = self._metadata()
-        errors: list[CollectionError] = list(metadata.errors)
-        listings = self._list_groups(errors)
-        described = self._describe(listings, metadata, errors)
-        committed = self._committed_offsets([g.group_id for g in listings], errors)
+        errors: list[CollectionError] = []
+        listings, classic_view = self._list_groups(errors)
+        # Describing and fetching committed offsets are independent per group: overlap them.
+        describe_errors: list[CollectionError] = []
+        offsets_errors: list[CollectionError] = []
+        with concurrent.futures.ThreadPoolExecutor(1, "groupscope-describe") as pool:
+            describing = pool.submit(self._describe, listings, classic_view, describe_errors)
+            committed = self._committed_offsets([g.group_id for g in listings], offsets_errors)
+            described = describing.result()
+        # An Empty group lives only as long as it has committed offsets. One the classic view
+        # showed but whose offsets are gone now may have been deleted since: ask the broker.
+        unconfirmed = [
+            group_id for group_id, d in described.items()
+            if d.from_classic_view and not committed.get(group_id)
+        ]
+        described.update(self._describe_groups(unconfirmed, describe_errors))
+        errors += describe_errors + offsets_errors
 
         groups = tuple(
             self._assemble(listing, described.get(listing.group_id), committed, metadata)
@@ -195,15 +225,13 @@ class Collector:
         except Exception as exc:
             failure = failure_of(exc)
             raise ClusterUnavailable(_unavailable_message(self.cluster, failure)) from None
-        errors: list[CollectionError] = []
+        topic_errors: dict[str, CollectionError] = {}
         topics: dict[str, TopicInfo] = {}
         for name, topic in md.topics.items():
             if topic.error is not None:
-                errors.append(
-                    CollectionError(
-                        Stage.TOPIC_METADATA, topic.error.name(), topic.error.str(), topic=name,
-                        retriable=bool(topic.error.retriable()),
-                    )
+                topic_errors[name] = CollectionError(
+                    Stage.TOPIC_METADATA, topic.error.name(), topic.error.str(), topic=name,
+                    retriable=bool(topic.error.retriable()),
                 )
                 continue
             topics[name] = TopicInfo(name, len(topic.partitions))
@@ -212,10 +240,12 @@ class Collector:
             offsets_leaders = {
                 pid: p.leader for pid, p in md.topics[OFFSETS_TOPIC].partitions.items()
             }
-        return _Metadata(set(md.brokers), topics, offsets_leaders, errors)
+        return _Metadata(set(md.brokers), topics, offsets_leaders, topic_errors)
 
     # -- 2. list ---------------------------------------------------------------------------
-    def _list_groups(self, errors: list[CollectionError]) -> list[_Listing]:
+    def _list_groups(
+        self, errors: list[CollectionError]
+    ) -> tuple[list[_Listing], dict[str, Any]]:
         listings: dict[str, _Listing] = {}
         result = None
         for attempt in range(1, self.settings.attempts + 1):
@@ -252,25 +282,31 @@ class Collector:
                     state=_state_name(getattr(g, "state", None)),
                     protocol_type="" if g.is_simple_consumer_group else "consumer",
                 )
-        if self.settings.include_other_protocols:
-            for other in self._other_protocol_groups(errors):
-                listings.setdefault(other.group_id, other)
-        return [listings[k] for k in sorted(listings)]
+        classic_view = self._classic_view(errors) if self.settings.classic_view else {}
+        for other in self._other_protocol_groups(classic_view, errors):
+            listings.setdefault(other.group_id, other)
+        return [listings[k] for k in sorted(listings)], classic_view
 
-    def _other_protocol_groups(self, errors: list[CollectionError]) -> list[_Listing]:
-        """Classic groups whose protocol type is neither consumer nor empty (Kafka Connect
-        workers, schema registries...), which the consumer-group APIs leave out."""
-        self.requests["ListGroups+DescribeGroups(classic)"] += 1
+    def _classic_view(self, errors: list[CollectionError]) -> dict[str, Any]:
+        """Every classic group as the brokers' ListGroups + DescribeGroups show it."""
+        self.requests["ListGroups+DescribeGroups(classic, per broker)"] += 1
         try:
             with warnings.catch_warnings():
-                # Deprecated in favour of the consumer-group APIs, which cannot see these.
+                # Deprecated in favour of the consumer-group APIs, which cannot see all this.
                 warnings.simplefilter("ignore", DeprecationWarning)
                 groups = self.admin.list_groups(timeout=self.settings.request_timeout_s)
         except Exception as exc:
             errors.append(_error(Stage.LIST_GROUPS, failure_of(exc)))
-            return []
+            return {}
+        return {g.id: g for g in groups}
+
+    def _other_protocol_groups(
+        self, classic_view: dict[str, Any], errors: list[CollectionError]
+    ) -> list[_Listing]:
+        """Classic groups whose protocol type is neither consumer nor empty (Kafka Connect
+        workers, schema registries...), which the consumer-group APIs leave out."""
         found: list[_Listing] = []
-        for g in groups:
+        for g in classic_view.values():
             if g.protocol_type in ("", "consumer", None):
                 continue
             if g.error is not None and g.error.code() != 0:
@@ -303,12 +339,33 @@ class Collector:
 
     # -- 3. describe -----------------------------------------------------------------------
     def _describe(
-        self, listings: list[_Listing], metadata: _Metadata, errors: list[CollectionError]
-    ) -> dict[str, Any]:
-        wanted = [
-            g.group_id for g in listings if g.protocol_type in ("", "consumer")
-        ]
-        described: dict[str, Any] = {}
+        self,
+        listings: list[_Listing],
+        classic_view: dict[str, Any],
+        errors: list[CollectionError],
+    ) -> dict[str, _Described]:
+        described: dict[str, _Described] = {}
+        wanted = []
+        for listing in listings:
+            if listing.protocol_type not in ("", "consumer"):
+                continue  # other protocols: the classic view is all there is
+            seen: Any = classic_view.get(listing.group_id)
+            if listing.group_type is not GroupType.CONSUMER and _memberless(seen):
+                described[listing.group_id] = _Described(
+                    group_type=GroupType.CLASSIC, state=seen.state,
+                    protocol_type=seen.protocol_type, assignor=seen.protocol or None,
+                    coordinator_id=seen.broker.id if seen.broker is not None else None,
+                    members=(), from_classic_view=True,
+                )
+            else:
+                wanted.append(listing.group_id)
+        described.update(self._describe_groups(wanted, errors))
+        return described
+
+    def _describe_groups(
+        self, wanted: list[str], errors: list[CollectionError]
+    ) -> dict[str, _Described]:
+        described: dict[str, _Described] = {}
 
         def describe(batch: Sequence[str]) -> dict[str, concurrent.futures.Future[Any]]:
             self.requests["DescribeGroups"] += 1
@@ -319,10 +376,13 @@ class Collector:
             )
             return result
 
-        for group_id, outcome in self._with_retries(wanted, describe, self.settings.describe_batch):
+        outcomes = self._with_retries(wanted, describe, self.settings.describe_batch,
+                                      in_flight=self.settings.describe_in_flight)
+        for group_id, outcome in outcomes:
             if isinstance(outcome, _Failure):
                 errors.append(_error(Stage.DESCRIBE_GROUP, outcome, group_id=group_id))
-            elif _state_name(outcome.state) == "Dead":
+                continue
+            if _state_name(outcome.state) == "Dead":
                 # Listed a moment ago, gone now: deleted (or expired) mid-snapshot.
                 errors.append(
                     CollectionError(
@@ -331,9 +391,15 @@ class Collector:
                         group_id=group_id,
                     )
                 )
-                described[group_id] = outcome
-            else:
-                described[group_id] = outcome
+            described[group_id] = _Described(
+                group_type=_group_type(getattr(outcome, "type", None)),
+                state=_state_name(outcome.state),
+                protocol_type="" if outcome.is_simple_consumer_group else "consumer",
+                assignor=outcome.partition_assignor or None,
+                coordinator_id=outcome.coordinator.id if outcome.coordinator else None,
+                members=tuple(sorted((_member(m) for m in outcome.members or ()),
+                                     key=lambda m: m.member_id)),
+            )
         return described
 
     # -- 4. committed offsets --------------------------------------------------------------
@@ -410,10 +476,10 @@ class Collector:
                         topic=tp.topic, partition=tp.partition,
                     )
                 )
-        already = {e.topic for e in errors if e.stage == Stage.TOPIC_METADATA}
-        for topic in sorted(missing_topics - already):
+        for topic in sorted(missing_topics):
             errors.append(
-                CollectionError(
+                metadata.topic_errors.get(topic)
+                or CollectionError(
                     Stage.TOPIC_METADATA, "UNKNOWN_TOPIC_OR_PART",
                     "groups hold offsets or assignments for a topic the cluster does not have "
                     "(deleted?)",
@@ -425,39 +491,45 @@ class Collector:
     def _partition_offsets(
         self, partitions: list[TopicPartition], errors: list[CollectionError]
     ) -> tuple[PartitionOffsets, ...]:
+        """Log start, high watermark and last stable offset: three kinds of ListOffsets,
+        all in flight at once (a request carries one isolation level, so they cannot merge)."""
         from confluent_kafka import IsolationLevel
+        from confluent_kafka import TopicPartition as KafkaTP
         from confluent_kafka.admin import OffsetSpec
 
-        kinds: list[tuple[str, Callable[[], Any], Any]] = [
-            ("log_start", OffsetSpec.earliest, IsolationLevel.READ_UNCOMMITTED),
-            ("high_watermark", OffsetSpec.latest, IsolationLevel.READ_UNCOMMITTED),
-            ("last_stable", OffsetSpec.latest, IsolationLevel.READ_COMMITTED),
-        ]
-        values: dict[str, dict[TopicPartition, int]] = {}
-        failed: dict[TopicPartition, _Failure] = {}
-        for kind, spec, isolation in kinds:
+        kinds: dict[str, tuple[Callable[[], Any], Any]] = {
+            "log_start": (OffsetSpec.earliest, IsolationLevel.READ_UNCOMMITTED),
+            "high_watermark": (OffsetSpec.latest, IsolationLevel.READ_UNCOMMITTED),
+            "last_stable": (OffsetSpec.latest, IsolationLevel.READ_COMMITTED),
+        }
+        keys = [(kind, tp) for kind in kinds for tp in partitions]
 
-            def lookup(
-                batch: Sequence[TopicPartition], spec: Any = spec, isolation: Any = isolation
-            ) -> dict[TopicPartition, concurrent.futures.Future[Any]]:
-                from confluent_kafka import TopicPartition as KafkaTP
-
+        def lookup(
+            batch: Sequence[tuple[str, TopicPartition]],
+        ) -> dict[tuple[str, TopicPartition], concurrent.futures.Future[Any]]:
+            futures: dict[tuple[str, TopicPartition], concurrent.futures.Future[Any]] = {}
+            for kind in {k for k, _ in batch}:
+                spec, isolation = kinds[kind]
                 self.requests["ListOffsets"] += 1
-                futures = self.admin.list_offsets(
-                    {KafkaTP(tp.topic, tp.partition): spec() for tp in batch},
+                answer = self.admin.list_offsets(
+                    {KafkaTP(tp.topic, tp.partition): spec() for k, tp in batch if k == kind},
                     isolation_level=isolation,
                     request_timeout=self.settings.request_timeout_s,
                 )
-                return {TopicPartition(k.topic, k.partition): f for k, f in futures.items()}
+                futures.update(
+                    ((kind, TopicPartition(k.topic, k.partition)), f) for k, f in answer.items()
+                )
+            return futures
 
-            found: dict[TopicPartition, int] = {}
-            outcomes = self._with_retries(partitions, lookup, self.settings.list_offsets_batch)
-            for tp, outcome in outcomes:
-                if isinstance(outcome, _Failure):
-                    failed.setdefault(tp, outcome)
-                else:
-                    found[tp] = int(outcome.offset)
-            values[kind] = found
+        values: dict[str, dict[TopicPartition, int]] = {kind: {} for kind in kinds}
+        failed: dict[TopicPartition, _Failure] = {}
+        outcomes = self._with_retries(keys, lookup, self.settings.list_offsets_batch,
+                                      in_flight=len(kinds))
+        for (kind, tp), outcome in outcomes:
+            if isinstance(outcome, _Failure):
+                failed.setdefault(tp, outcome)
+            else:
+                values[kind][tp] = int(outcome.offset)
         for tp, failure in sorted(failed.items()):
             errors.append(
                 _error(Stage.PARTITION_OFFSETS, failure, topic=tp.topic, partition=tp.partition)
@@ -477,7 +549,7 @@ class Collector:
     def _assemble(
         self,
         listing: _Listing,
-        description: Any | None,
+        described: _Described | None,
         committed: dict[str, tuple[CommittedOffset, ...]],
         metadata: _Metadata,
     ) -> Group:
@@ -486,7 +558,7 @@ class Collector:
             partition = offsets_partition_for(listing.group_id, len(metadata.offsets_leaders))
             expected = metadata.offsets_leaders.get(partition)
         offsets = committed.get(listing.group_id, ())
-        if description is None:
+        if described is None:
             return Group(
                 group_id=listing.group_id,
                 group_type=listing.group_type,
@@ -499,19 +571,16 @@ class Collector:
                 offsets=offsets,
                 described=listing.protocol_type not in ("", "consumer"),
             )
-        gtype = _group_type(getattr(description, "type", None))
-        if gtype is GroupType.UNKNOWN:
-            gtype = listing.group_type
         return Group(
             group_id=listing.group_id,
-            group_type=gtype,
-            state=_state_name(description.state),
-            protocol_type="" if description.is_simple_consumer_group else "consumer",
-            assignor=description.partition_assignor or None,
-            coordinator_id=description.coordinator.id if description.coordinator else None,
+            group_type=(listing.group_type if described.group_type is GroupType.UNKNOWN
+                        else described.group_type),
+            state=described.state,
+            protocol_type=described.protocol_type,
+            assignor=described.assignor,
+            coordinator_id=described.coordinator_id,
             expected_coordinator_id=expected,
-            members=tuple(sorted((_member(m) for m in description.members or ()),
-                                 key=lambda m: m.member_id)),
+            members=described.members,
             offsets=offsets,
         )
 
@@ -555,44 +624,56 @@ class Collector:
         batch: int,
         in_flight: int | None,
     ) -> Iterator[tuple[T, Any]]:
-        limit = in_flight or 1
+        """Yields (key, result or _Failure) as answers arrive. Completed futures report
+        through a queue, so each answer costs O(1) however many are in flight."""
+        limit = (in_flight or 1) * batch
         timeout = self.settings.request_timeout_s + 5
         batches = iter(_chunks(keys, batch))
+        completed: queue.SimpleQueue[tuple[T, concurrent.futures.Future[Any]]] = (
+            queue.SimpleQueue()
+        )
         outstanding: dict[concurrent.futures.Future[Any], T] = {}
 
+        def track(key: T, future: concurrent.futures.Future[Any]) -> None:
+            outstanding[future] = key
+
+            def report(done: concurrent.futures.Future[Any]) -> None:
+                completed.put((key, done))
+
+            future.add_done_callback(report)
+
         def top_up() -> None:
-            while len(outstanding) < limit * batch:
+            while len(outstanding) < limit:
                 chunk = next(batches, None)
                 if chunk is None:
                     return
                 try:
                     futures = submit(chunk)
-                except Exception as exc:
+                except Exception as exc:  # a refused call fails its keys, not the snapshot
                     for key in chunk:
                         refused: concurrent.futures.Future[Any] = concurrent.futures.Future()
                         refused.set_exception(exc)
-                        outstanding[refused] = key
+                        track(key, refused)
                     continue
                 for key, future in futures.items():
-                    outstanding[future] = key
+                    track(key, future)
 
         top_up()
         while outstanding:
-            done, _ = concurrent.futures.wait(
-                outstanding, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            if not done:
+            try:
+                key, future = completed.get(timeout=timeout)
+            except queue.Empty:
                 for future, key in list(outstanding.items()):
                     future.cancel()
                     del outstanding[future]
                     yield key, _Failure("_TIMED_OUT", "no answer before the request timeout", True)
                 continue
-            for future in done:
-                key = outstanding.pop(future)
-                try:
-                    yield key, future.result()
-                except Exception as exc:
-                    yield key, failure_of(exc)
+            if outstanding.pop(future, None) is None:
+                continue  # already reported as timed out
+            try:
+                yield key, future.result()
+            except Exception as exc:
+                yield key, failure_of(exc)
             top_up()
 
 
@@ -607,6 +688,18 @@ def _error(
     return CollectionError(
         stage=stage, code=failure.code, message=failure.message, group_id=group_id,
         topic=topic, partition=partition, retriable=failure.retriable, attempts=failure.attempts,
+    )
+
+
+def _memberless(seen: Any) -> bool:
+    """A classic group the classic view describes completely: answered without error, a
+    consumer (or simple) group, Empty, no members. Anything else is described on its own."""
+    return (
+        seen is not None
+        and (seen.error is None or seen.error.code() == 0)
+        and seen.protocol_type in ("", "consumer")
+        and seen.state == "Empty"
+        and not seen.members
     )
 
 

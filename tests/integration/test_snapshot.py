@@ -121,23 +121,27 @@ def test_group_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
     real = admin(kafka.bootstrap)
 
     class DeletesAfterListing:
-        """The real admin client, but the group is deleted for real between list and
-        describe: the race a busy cluster produces, made deterministic."""
+        """The real admin client, but the group is deleted for real after it was listed and
+        before its offsets are fetched: the race a busy cluster produces, made
+        deterministic."""
 
         def __getattr__(self, name: str) -> object:
             return getattr(real, name)
 
-        def describe_consumer_groups(self, group_ids: list[str], **kw: object) -> object:
-            for f in real.delete_consumer_groups([doomed]).values():
-                f.result()
-            return real.describe_consumer_groups(group_ids, **kw)
+        def list_consumer_group_offsets(self, request: list, **kw: object) -> object:
+            if request[0].group_id == doomed:
+                for f in real.delete_consumer_groups([doomed]).values():
+                    f.result()
+            return real.list_consumer_group_offsets(request, **kw)
 
     snapshot = take_snapshot(kafka.bootstrap, admin_client=DeletesAfterListing())
     assert not snapshot.complete
     errors = [e for e in snapshot.errors if e.group_id == doomed]
     assert [e.code for e in errors] == ["GROUP_ID_NOT_FOUND"]
     assert _group(snapshot, doomed).state == "Dead"
+    assert _group(snapshot, doomed).offsets == ()
     assert _group(snapshot, kept).offsets[0].offset == 0
+    assert _group(snapshot, kept).state == "Empty"
     assert all(e.group_id == doomed for e in snapshot.errors)
 
 

@@ -33,8 +33,12 @@ class ScriptedAdmin:
     successive OffsetFetch calls return before succeeding."""
 
     def __init__(self, groups: int, offsets_errors: dict[str, list[int]] | None = None,
-                 metadata_error: int | None = None) -> None:
+                 metadata_error: int | None = None, committed_topic: str = "t",
+                 classic_view: bool = False, no_offsets: frozenset[str] = frozenset()) -> None:
         self.groups = [f"g{i}" for i in range(groups)]
+        self.classic_view = classic_view
+        self.no_offsets = no_offsets
+        self.committed_topic = committed_topic
         self.offsets_errors = defaultdict(list, offsets_errors or {})
         self.metadata_error = metadata_error
         self.calls: dict[str, int] = defaultdict(int)
@@ -51,6 +55,9 @@ class ScriptedAdmin:
             brokers={1: None},
             topics={
                 "t": SimpleNamespace(error=None, partitions={0: partition}),
+                # being created or deleted: matters only if a group touches it
+                "broken": SimpleNamespace(error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE),
+                                          partitions={}),
                 "__consumer_offsets": SimpleNamespace(
                     error=None, partitions={p: partition for p in range(50)}),
             },
@@ -62,10 +69,13 @@ class ScriptedAdmin:
         return _done(SimpleNamespace(valid=listing, errors=[]))
 
     def list_groups(self, timeout: float) -> list[Any]:
-        return []
+        if not self.classic_view:
+            return []
+        return [SimpleNamespace(id=g, error=None, state="Empty", protocol_type="", protocol="",
+                                members=[], broker=SimpleNamespace(id=1)) for g in self.groups]
 
     def describe_consumer_groups(self, group_ids: list[str], **_: Any) -> dict[str, Any]:
-        self.calls["describe"] += 1
+        self.calls["describe"] += len(group_ids)
         return {
             g: _done(SimpleNamespace(
                 group_id=g, is_simple_consumer_group=True, members=[], partition_assignor="",
@@ -89,9 +99,10 @@ class ScriptedAdmin:
             threading.Event().wait(0.01)
             with self.lock:
                 self.in_flight -= 1
-            tp = SimpleNamespace(topic="t", partition=0, offset=5, leader_epoch=None,
+            tp = SimpleNamespace(topic=self.committed_topic, partition=0, offset=5,
+                                 leader_epoch=None,
                                  metadata="", error=None)
-            return SimpleNamespace(topic_partitions=[tp])
+            return SimpleNamespace(topic_partitions=[] if group in self.no_offsets else [tp])
 
         return {group: self.pool.submit(answer)}
 
@@ -150,3 +161,29 @@ def test_an_unreachable_cluster_raises_a_clear_error(code: int) -> None:
 def test_naive_snapshot_time_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         Collector(ScriptedAdmin(1), "c").snapshot(datetime(2026, 1, 1))
+
+
+def test_a_broken_topic_no_group_touches_does_not_make_the_snapshot_incomplete() -> None:
+    assert _collect(ScriptedAdmin(2)).complete
+
+
+def test_offsets_on_a_topic_missing_from_metadata_are_kept_and_flagged() -> None:
+    snapshot = _collect(ScriptedAdmin(1, committed_topic="gone"))
+    assert [(e.stage, e.code, e.topic) for e in snapshot.errors] == [
+        (Stage.TOPIC_METADATA, "UNKNOWN_TOPIC_OR_PART", "gone")]
+    assert snapshot.groups[0].offsets[0].topic == "gone"
+    assert snapshot.partitions == ()  # never asked the brokers about it
+
+
+def test_a_touched_topic_with_a_metadata_error_reports_that_error() -> None:
+    snapshot = _collect(ScriptedAdmin(1, committed_topic="broken"))
+    assert [(e.code, e.topic) for e in snapshot.errors] == [("LEADER_NOT_AVAILABLE", "broken")]
+
+
+def test_memberless_groups_from_the_classic_view_need_no_describe() -> None:
+    admin = ScriptedAdmin(50, classic_view=True, no_offsets=frozenset({"g7"}))
+    snapshot = _collect(admin)
+    # only the group whose offsets vanished is described again, to learn whether it still is
+    assert admin.calls["describe"] == 1
+    assert {g.state for g in snapshot.groups} == {"Empty"}
+    assert all(g.coordinator_id == 1 and g.is_simple for g in snapshot.groups)
