@@ -238,3 +238,38 @@ def _group(snapshot, group_id):  # type: ignore[no-untyped-def]
     found = _find(snapshot, group_id)
     assert found is not None, f"group {group_id!r} not in snapshot"
     return found
+
+
+def test_other_protocol_types_are_recorded_as_such(kafka: KafkaCluster) -> None:
+    """A Kafka Connect worker group: the consumer-group APIs refuse it, the classic view
+    records it, with its protocol type and members, and the snapshot stays complete."""
+    group = unique("connect-cluster")
+    port = kafka.broker_port(1)
+    # A raw JoinGroup does not create __consumer_offsets the way FindCoordinator does.
+    topic = unique("warm")
+    create_topic(kafka.bootstrap, topic, 1)
+    commit_offsets(kafka.bootstrap, unique("warm"), {(topic, 0): 0})
+    worker = wait_until(lambda: _try_join(port, group), 30, "the raw JoinGroup to succeed")
+    try:
+        snapshot = take_snapshot(kafka.bootstrap)
+    finally:
+        worker.close()
+    assert snapshot.complete, snapshot.errors
+    g = _group(snapshot, group)
+    assert (g.group_type, g.protocol_type, g.state, g.assignor) == (
+        GroupType.CLASSIC, "connect", "Stable", "sessioned")
+    assert [(m.member_id, m.client_id) for m in g.members] == [
+        (worker.member_id, "raw-connect-worker")]
+    assert g.members[0].assignment == ()  # opaque to us: never decoded as a consumer's
+    from groupscope.report import snapshot_table
+
+    assert "classic/connect" in snapshot_table(snapshot)
+
+
+def _try_join(port: int, group: str):  # type: ignore[no-untyped-def]
+    from rawgroup import RawMember
+
+    try:
+        return RawMember("127.0.0.1", port, group, "connect", "sessioned")
+    except (RuntimeError, OSError):
+        return None  # the coordinator may still be loading on a fresh broker
