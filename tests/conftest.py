@@ -56,6 +56,20 @@ def kafka39(services_dir: Path) -> Iterator[KafkaCluster]:
     cluster.destroy()
 
 
+SASL_USERS = {"alice": "alice-s3cret-pw"}
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl(services_dir: Path) -> Iterator[KafkaCluster]:
+    """One broker with a SASL/PLAIN listener beside the plaintext one."""
+    cluster = KafkaCluster(services_dir / "kafka-sasl", base_port=free_port_block(1),
+                           controller_base_port=free_port_block(1),
+                           sasl_users=SASL_USERS, sasl_base_port=free_port_block(1))
+    cluster.start()
+    yield cluster
+    cluster.destroy()
+
+
 @pytest.fixture(scope="session")
 def postgres(services_dir: Path) -> Iterator[LocalPostgres]:
     server = LocalPostgres(services_dir / "postgres", port=free_ports(1)[0])

@@ -25,29 +25,18 @@ class CliError(Exception):
         self.code = code
 
 
-def make_admin(cluster: ClusterConfig, timeout_s: float) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    quiet = logging.getLogger("groupscope.librdkafka")
-    settings: dict[str, Any] = {
-        "socket.timeout.ms": int(timeout_s * 1000),
-        **cluster.client,
-        "logger": quiet,  # librdkafka's own log lines would otherwise go to stderr unfiltered
-    }
-    try:
-        return AdminClient(settings)
-    except Exception as exc:
-        raise CliError(f"invalid client configuration: {_kafka_message(exc)}", EXIT_USAGE) \
-            from None
-
-
 def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime) -> Any:
     from groupscope.collector import ClusterUnavailable, Collector, CollectorSettings
+    from groupscope.kafka_admin import AdminConnection
 
-    collector = Collector(
-        make_admin(cluster, timeout_s), cluster.name,
-        CollectorSettings(request_timeout_s=timeout_s),
-    )
+    try:
+        connection = AdminConnection(cluster, timeout_s)
+    except Exception as exc:  # a bad property is the user's input
+        raise CliError(f"invalid client configuration: {_kafka_message(exc)}", EXIT_USAGE) \
+            from None
+    collector = Collector(connection.admin, cluster.name,
+                          CollectorSettings(request_timeout_s=timeout_s),
+                          diagnose=connection.diagnosis)
     try:
         return collector.snapshot(snapshot_ts)
     except ClusterUnavailable as exc:
@@ -192,9 +181,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("groupscope.librdkafka").setLevel(
-        logging.DEBUG if args.verbose else logging.CRITICAL
     )
     try:
         code: int = args.func(args)

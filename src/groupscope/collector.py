@@ -176,6 +176,8 @@ class Collector:
     cluster: str
     settings: CollectorSettings = field(default_factory=CollectorSettings)
     sleep: Callable[[float], None] = time.sleep
+    # Explains a cluster-level failure (librdkafka tells the reason only in its log).
+    diagnose: Callable[[], str | None] = lambda: None
     requests: Counter[str] = field(default_factory=Counter)  # admin calls made, by API
 
     def snapshot(self, snapshot_ts: datetime) -> Snapshot:
@@ -217,6 +219,9 @@ class Collector:
             offsets_topic_partitions=len(metadata.offsets_leaders) or None,
         )
 
+    def _unavailable(self, failure: _Failure) -> ClusterUnavailable:
+        return ClusterUnavailable(_unavailable_message(self.cluster, failure, self.diagnose()))
+
     # -- 1. metadata -----------------------------------------------------------------------
     def _metadata(self) -> _Metadata:
         self.requests["Metadata"] += 1
@@ -224,7 +229,7 @@ class Collector:
             md = self.admin.list_topics(timeout=self.settings.request_timeout_s)
         except Exception as exc:
             failure = failure_of(exc)
-            raise ClusterUnavailable(_unavailable_message(self.cluster, failure)) from None
+            raise self._unavailable(failure) from None
         topic_errors: dict[str, CollectionError] = {}
         topics: dict[str, TopicInfo] = {}
         for name, topic in md.topics.items():
@@ -257,8 +262,7 @@ class Collector:
             except Exception as exc:
                 failure = failure_of(exc)
                 if failure.code in {"_TRANSPORT", "_TIMED_OUT", "_AUTHENTICATION"}:
-                    raise ClusterUnavailable(
-                        _unavailable_message(self.cluster, failure)) from None
+                    raise self._unavailable(failure) from None
                 failures = [failure]
             else:
                 # A broker that could not answer (its coordinator loading, say) is one error
@@ -735,7 +739,7 @@ def _state_name(value: Any) -> str:
     return _STATE_NAMES.get(name, name.title())
 
 
-def _unavailable_message(cluster: str, failure: _Failure) -> str:
+def _unavailable_message(cluster: str, failure: _Failure, detail: str | None) -> str:
     hints = {
         "_TRANSPORT": "no broker answered; check bootstrap.servers and the network",
         "_TIMED_OUT": "no broker answered in time; check bootstrap.servers and the network",
@@ -746,4 +750,8 @@ def _unavailable_message(cluster: str, failure: _Failure) -> str:
         "TOPIC_AUTHORIZATION_FAILED": "not authorized to describe topics",
     }
     hint = hints.get(failure.code, failure.message)
+    if detail and detail.startswith("authentication failed"):
+        hint = detail  # a transport failure whose cause is the credentials
+    elif detail:
+        hint = f"{hint}: {detail}"
     return f"cluster {cluster!r} is unavailable: {hint} ({failure.code})"

@@ -133,6 +133,9 @@ class KafkaCluster:
     offsets_topic_partitions: int = 50
     heap: str = "512m"
     extra_config: dict[str, str] = field(default_factory=dict)
+    # A second, SASL/PLAIN listener with these user -> password pairs (for security tests).
+    sasl_users: dict[str, str] | None = None
+    sasl_base_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -150,6 +153,21 @@ class KafkaCluster:
     def controller_port(self, node_id: int) -> int:
         assert self.controller_base_port is not None
         return self.controller_base_port + node_id - 1
+
+    def node_ports(self, node_id: int) -> list[int]:
+        ports = [self.broker_port(node_id), self.controller_port(node_id)]
+        if self.sasl_users:
+            ports.append(self.sasl_port(node_id))
+        return ports
+
+    def sasl_port(self, node_id: int) -> int:
+        if self.sasl_base_port is None:
+            raise StackError("this cluster has no SASL listener")
+        return self.sasl_base_port + node_id - 1
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return ",".join(f"{LOOPBACK}:{self.sasl_port(n)}" for n in self.node_ids())
 
     @property
     def bootstrap(self) -> str:
@@ -236,7 +254,7 @@ class KafkaCluster:
     # -- internals ---------------------------------------------------------------------
     def _format(self, java: str, libs: Path) -> None:
         require_free(
-            [p for n in self.node_ids() for p in (self.broker_port(n), self.controller_port(n))],
+            [p for n in self.node_ids() for p in self.node_ports(n)],
             "Kafka",
             "Stop whatever listens there, or pick other ports (dev/stack up --kafka-port N).",
         )
@@ -295,6 +313,16 @@ class KafkaCluster:
             "log.retention.check.interval.ms": "5000",
             "leader.imbalance.check.interval.seconds": "5",
         }
+        if self.sasl_users:
+            sasl = f"SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port(node_id)}"
+            config["listeners"] += f",{sasl}"
+            config["advertised.listeners"] += f",{sasl}"
+            config["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            config["sasl.enabled.mechanisms"] = "PLAIN"
+            users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+            config["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            )
         if self.version.startswith("3."):
             # KIP-848 is a preview in 3.9 and must be switched on to be tried at all.
             config["group.coordinator.rebalance.protocols"] = "classic,consumer"
@@ -319,7 +347,7 @@ class KafkaCluster:
         node_dir = self.node_dir(node_id)
         props = self._write_config(node_id)
         require_free(
-            [self.broker_port(node_id), self.controller_port(node_id)],
+            self.node_ports(node_id),
             f"Kafka node {node_id}",
             "Stop whatever listens there, or pick other ports (dev/stack up --kafka-port N).",
         )

@@ -1,0 +1,43 @@
+"""Security settings pass through to librdkafka unchanged; secrets never reach the output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import SASL_USERS
+
+from groupscope.devstack.kafka import KafkaCluster
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = SASL_USERS["alice"]
+
+
+def _cli(bootstrap: str, password: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "groupscope.cli", "snapshot", "--bootstrap", bootstrap,
+         "--cluster", "secure", "--format", "json", "--timeout", "5",
+         "--config", "security.protocol=SASL_PLAINTEXT", "--config", "sasl.mechanism=PLAIN",
+         "--config", "sasl.username=alice", "--config", f"sasl.password={password}"],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_sasl_credentials_pass_through(kafka_sasl: KafkaCluster) -> None:
+    result = _cli(kafka_sasl.sasl_bootstrap, PASSWORD)
+    assert result.returncode == 0, result.stderr
+    assert '"complete": true' in result.stdout
+    assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_bad_credentials_are_a_clear_error_without_the_secret(kafka_sasl: KafkaCluster) -> None:
+    wrong = "not-" + PASSWORD
+    result = _cli(kafka_sasl.sasl_bootstrap, wrong)
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "authentication failed" in lines[0]
+    assert wrong not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
