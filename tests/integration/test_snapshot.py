@@ -273,3 +273,29 @@ def _try_join(port: int, group: str):  # type: ignore[no-untyped-def]
         return RawMember("127.0.0.1", port, group, "connect", "sessioned")
     except (RuntimeError, OSError):
         return None  # the coordinator may still be loading on a fresh broker
+
+
+def test_offsets_below_log_start_and_beyond_high_watermark_are_reported(
+    kafka: KafkaCluster,
+) -> None:
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    from groupscope.report import snapshot_json
+
+    topic = unique("retention")
+    create_topic(kafka.bootstrap, topic, 2)
+    produce_counts(kafka.bootstrap, topic, [20, 5])
+    group = unique("odd-offsets")
+    # partition 0: committed 3, then retention-like deletion moves the log start to 12;
+    # partition 1: committed 50 while the high watermark is 5 (a re-created topic, say).
+    commit_offsets(kafka.bootstrap, group, {(topic, 0): 3, (topic, 1): 50})
+    client = admin(kafka.bootstrap)
+    for future in client.delete_records([KafkaTP(topic, 0, 12)]).values():
+        future.result()
+    snapshot = take_snapshot(kafka.bootstrap)
+    doc = next(g for g in snapshot_json(snapshot)["groups"] if g["group_id"] == group)
+    rows = {o["partition"]: o for o in doc["offsets"]}
+    assert (rows[0]["log_start"], rows[0]["committed"], rows[0]["lag"]) == (12, 3, 17)
+    assert rows[0]["below_log_start"] is True  # 9 records were deleted unread
+    assert (rows[1]["high_watermark"], rows[1]["committed"], rows[1]["lag"]) == (5, 50, -45)
+    assert rows[1]["below_log_start"] is False
