@@ -66,8 +66,19 @@ def setup(bootstrap: str, groups: int, partitions: int, topics: int) -> None:
             [TopicPartition(names[g % topics], p, 1) for p in range(partitions)])
         for g in range(groups)
     ]
-    # The first commit creates and loads __consumer_offsets; commits fail until it is ready.
-    pending = wanted
+    # The first commit creates and loads __consumer_offsets; commits fail until it is ready,
+    # so wait for one to succeed before sending the rest.
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            next(iter(admin.alter_consumer_group_offsets([wanted[0]], request_timeout=10)
+                      .values())).result()
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    pending = wanted[1:]
     for round_ in range(10):
         failed = []
         for start in range(0, len(pending), 64):
@@ -147,6 +158,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
+    parser.add_argument("--settle", type=float, default=30.0,
+                        help="seconds to let the broker settle after the setup")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="gs-bench-") as tmp:
@@ -158,10 +171,14 @@ def main() -> None:
             print(f"setting up {args.groups} groups x {args.partitions} partitions ...",
                   file=sys.stderr)
             setup(cluster.bootstrap, args.groups, args.partitions, args.topics)
-            ours = [run_groupscope(cluster.bootstrap, args.concurrency) for _ in range(args.runs)]
-            cli = [run_groupscope_cli(cluster.bootstrap) for _ in range(args.runs)]
-            theirs = [run_kafka_tool(cluster.bootstrap, args.kafka_version)
-                      for _ in range(args.runs)]
+            # Let the broker finish loading and settling before anything is timed, then
+            # interleave the tools so both meet the same machine, run after run.
+            time.sleep(args.settle)
+            ours, cli, theirs = [], [], []
+            for _ in range(args.runs):
+                ours.append(run_groupscope(cluster.bootstrap, args.concurrency))
+                cli.append(run_groupscope_cli(cluster.bootstrap))
+                theirs.append(run_kafka_tool(cluster.bootstrap, args.kafka_version))
         finally:
             cluster.destroy()
 

@@ -32,28 +32,25 @@ def _cluster(base: Path, name: str, nodes: int, version: str) -> KafkaCluster:
                         controller_base_port=free_port_block(nodes))
 
 
-@pytest.fixture(scope="session")
-def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
-    cluster = _cluster(services_dir, "kafka-1", 1, DEFAULT_KAFKA_VERSION)
+def _running(cluster: KafkaCluster) -> Iterator[KafkaCluster]:
     cluster.start()
     yield cluster
     cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
+    yield from _running(_cluster(services_dir, "kafka-1", 1, DEFAULT_KAFKA_VERSION))
 
 
 @pytest.fixture(scope="session")
 def kafka3(services_dir: Path) -> Iterator[KafkaCluster]:
-    cluster = _cluster(services_dir, "kafka-3", 3, DEFAULT_KAFKA_VERSION)
-    cluster.start()
-    yield cluster
-    cluster.destroy()
+    yield from _running(_cluster(services_dir, "kafka-3", 3, DEFAULT_KAFKA_VERSION))
 
 
 @pytest.fixture(scope="session")
 def kafka39(services_dir: Path) -> Iterator[KafkaCluster]:
-    cluster = _cluster(services_dir, "kafka-39", 1, KAFKA_39)
-    cluster.start()
-    yield cluster
-    cluster.destroy()
+    yield from _running(_cluster(services_dir, "kafka-39", 1, KAFKA_39))
 
 
 SASL_USERS = {"alice": "alice-s3cret-pw"}
@@ -62,12 +59,10 @@ SASL_USERS = {"alice": "alice-s3cret-pw"}
 @pytest.fixture(scope="session")
 def kafka_sasl(services_dir: Path) -> Iterator[KafkaCluster]:
     """One broker with a SASL/PLAIN listener beside the plaintext one."""
-    cluster = KafkaCluster(services_dir / "kafka-sasl", base_port=free_port_block(1),
-                           controller_base_port=free_port_block(1),
-                           sasl_users=SASL_USERS, sasl_base_port=free_port_block(1))
-    cluster.start()
-    yield cluster
-    cluster.destroy()
+    yield from _running(KafkaCluster(
+        services_dir / "kafka-sasl", base_port=free_port_block(1),
+        controller_base_port=free_port_block(1), sasl_users=SASL_USERS,
+        sasl_base_port=free_port_block(1)))
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,13 @@ class CollectionError:
     retriable: bool = False
     attempts: int = 1
 
+    def as_record(self) -> dict[str, object]:
+        return {
+            "stage": self.stage.value, "code": self.code, "message": self.message,
+            "group_id": self.group_id, "topic": self.topic, "partition": self.partition,
+            "retriable": self.retriable, "attempts": self.attempts,
+        }
+
     def describe(self) -> str:
         subject = ", ".join(
             f"{name}={value!r}"

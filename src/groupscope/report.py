@@ -69,19 +69,7 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
         "cluster": snapshot.cluster,
         "snapshot_ts": snapshot.snapshot_ts.isoformat(),
         "complete": snapshot.complete,
-        "errors": [
-            {
-                "stage": e.stage.value,
-                "code": e.code,
-                "message": e.message,
-                "group_id": e.group_id,
-                "topic": e.topic,
-                "partition": e.partition,
-                "retriable": e.retriable,
-                "attempts": e.attempts,
-            }
-            for e in snapshot.errors
-        ],
+        "errors": [e.as_record() for e in snapshot.errors],
         "groups": groups,
     }
 

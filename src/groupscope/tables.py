@@ -168,12 +168,7 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
         {**head, "topic": t.topic, "partition_count": t.partition_count} for t in snapshot.topics
     )
     rows["collection_errors"].extend(
-        {
-            **head, "seq": seq, "stage": e.stage.value, "code": e.code, "message": e.message,
-            "group_id": e.group_id, "topic": e.topic, "partition": e.partition,
-            "retriable": e.retriable, "attempts": e.attempts,
-        }
-        for seq, e in enumerate(snapshot.errors)
+        {**head, "seq": seq, **e.as_record()} for seq, e in enumerate(snapshot.errors)
     )
     return {name: pa.Table.from_pylist(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
 

@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,19 +100,21 @@ def consumer_config(bootstrap: str, spec: GroupSpec, index: int) -> dict[str, An
 
 
 # -- the processes ---------------------------------------------------------------------------
+def _stop_on_signals() -> threading.Event:
+    """Set by SIGTERM or SIGINT, so the loop ends cleanly (a member's close() is its
+    graceful LeaveGroup)."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    return stopping
+
+
 def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | None) -> None:
     """One member: consume at ``spec.rate`` messages/s and commit every second."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(consumer_config(bootstrap, spec, index))
-    stopping = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    stopping = _stop_on_signals()
     owned = [TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t])]
     if spec.assign_only:
         consumer.assign(owned)
@@ -120,7 +123,7 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
     started = time.monotonic()
     last_commit = started
     try:
-        while not stopping:
+        while not stopping.is_set():
             if stop_after is not None and time.monotonic() - started > stop_after:
                 break
             msg = consumer.poll(0.2)
@@ -147,18 +150,11 @@ def run_producer(bootstrap: str, rate: float) -> None:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    stopping = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    stopping = _stop_on_signals()
     rng = random.Random(7)  # noqa: S311 - demo data, not security
     sent = 0
     started = time.monotonic()
-    while not stopping:
+    while not stopping.is_set():
         for topic in TOPICS:
             if topic == "demo.archive":
                 continue  # the empty group's topic stays still: its lag is old news

@@ -151,21 +151,16 @@ class LocalPostgres:
 
     def _ensure_database(self) -> None:
         psql = [self.bin("psql"), "-h", str(self.home), "-p", str(self.port), "-U", "postgres",
-                "-v", "ON_ERROR_STOP=1", "-qAt"]
-        exists = self._run([*psql, "-d", "postgres", "-c",
-                            f"SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}'"],
-                           what="checking the warehouse role")
-        if exists.strip() != "1":
-            self._run([*psql, "-d", "postgres", "-c",
-                       f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'"],
-                      what="creating the warehouse role")
-        exists = self._run([*psql, "-d", "postgres", "-c",
-                            f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
-                           what="checking the warehouse database")
-        if exists.strip() != "1":
-            self._run([*psql, "-d", "postgres", "-c",
-                       f"CREATE DATABASE {DATABASE} OWNER {ROLE}"],
-                      what="creating the warehouse database")
+                "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c"]
+        wanted = [
+            ("the warehouse role", f"SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}'",
+             f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'"),
+            ("the warehouse database", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'",
+             f"CREATE DATABASE {DATABASE} OWNER {ROLE}"),
+        ]
+        for what, exists, create in wanted:
+            if self._run([*psql, exists], what=f"checking {what}").strip() != "1":
+                self._run([*psql, create], what=f"creating {what}")
 
     def _run(self, command: list[str], what: str) -> str:
         user = SERVICE_USER if self.as_root else None
