@@ -42,6 +42,7 @@ from groupscope.model import (
     TopicInfo,
     TopicPartition,
 )
+from groupscope.protocol import ProtocolDecodeError, decode_subscription
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,8 @@ class Collector:
         errors += describe_errors + offsets_errors
 
         groups = tuple(
-            self._assemble(listing, described.get(listing.group_id), committed, metadata)
+            self._assemble(listing, described.get(listing.group_id), committed, metadata,
+                           classic_view.get(listing.group_id))
             for listing in listings
         )
         touched = self._touched_partitions(groups, metadata, errors)
@@ -556,6 +558,7 @@ class Collector:
         described: _Described | None,
         committed: dict[str, tuple[CommittedOffset, ...]],
         metadata: _Metadata,
+        seen: Any | None,
     ) -> Group:
         expected = None
         if metadata.offsets_leaders:
@@ -584,7 +587,7 @@ class Collector:
             assignor=described.assignor,
             coordinator_id=described.coordinator_id,
             expected_coordinator_id=expected,
-            members=described.members,
+            members=_with_subscriptions(described.members, seen),
             offsets=offsets,
         )
 
@@ -693,6 +696,25 @@ def _error(
         stage=stage, code=failure.code, message=failure.message, group_id=group_id,
         topic=topic, partition=partition, retriable=failure.retriable, attempts=failure.attempts,
     )
+
+
+def _with_subscriptions(members: tuple[Member, ...], seen: Any | None) -> tuple[Member, ...]:
+    """Adds each member's subscribed topics, decoded from the metadata the classic view
+    carries (ConsumerProtocolSubscription). Undecodable metadata leaves it unknown."""
+    if seen is None or seen.protocol_type != "consumer":
+        return members
+    metadata = {m.id: m.metadata for m in seen.members or ()}
+    out = []
+    for member in members:
+        raw = metadata.get(member.member_id)
+        topics = None
+        if raw:
+            try:
+                topics = tuple(sorted(decode_subscription(raw).topics))
+            except ProtocolDecodeError:
+                log.warning("undecodable subscription of a member of %r", seen.id)
+        out.append(dataclasses.replace(member, subscription=topics))
+    return tuple(out)
 
 
 def _memberless(seen: Any) -> bool:

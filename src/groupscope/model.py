@@ -79,6 +79,9 @@ class Member:
     assignment: tuple[TopicPartition, ...]
     # KIP-848 groups only: what the broker wants this member to own once it has reconciled.
     target_assignment: tuple[TopicPartition, ...] | None = None
+    # Topics the member subscribes to, from its classic-protocol metadata (None: unknown,
+    # e.g. KIP-848 members, whose subscriptions confluent-kafka does not expose).
+    subscription: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

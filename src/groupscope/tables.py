@@ -46,6 +46,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("host", pa.string(), False),
         ("instance_id", pa.string(), True),
     ),
+    "member_subscriptions": _schema(
+        ("group_id", pa.string(), False),
+        ("member_id", pa.string(), False),
+        ("topic", pa.string(), False),
+    ),
     "member_assignments": _schema(
         ("group_id", pa.string(), False),
         ("member_id", pa.string(), False),
@@ -89,6 +94,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "snapshots": ("cluster", "snapshot_ts"),
     "consumer_groups": ("cluster", "snapshot_ts", "group_id"),
     "group_members": ("cluster", "snapshot_ts", "group_id", "member_id"),
+    "member_subscriptions": ("cluster", "snapshot_ts", "group_id", "member_id", "topic"),
     "member_assignments": (
         "cluster", "snapshot_ts", "group_id", "member_id", "kind", "topic", "partition",
     ),
@@ -142,6 +148,10 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
                     **head, "group_id": g.group_id, "member_id": m.member_id,
                     "client_id": m.client_id, "host": m.host, "instance_id": m.instance_id,
                 }
+            )
+            rows["member_subscriptions"].extend(
+                {**head, "group_id": g.group_id, "member_id": m.member_id, "topic": t}
+                for t in m.subscription or ()
             )
             for kind, tps in (("current", m.assignment), ("target", m.target_assignment or ())):
                 rows["member_assignments"].extend(

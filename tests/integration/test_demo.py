@@ -92,6 +92,9 @@ def test_every_demo_group_kind_appears_as_what_it_is(kafka: KafkaCluster, demo: 
             assert instance_ids == {None}
         if spec.protocol == "consumer":
             assert all(m.target_assignment == m.assignment for m in g.members)
+            assert all(m.subscription is None for m in g.members)  # not exposed for KIP-848
+        else:  # decoded from each member's classic-protocol metadata
+            assert all(m.subscription == tuple(sorted(spec.topics)) for m in g.members)
         assert g.coordinator_id == g.expected_coordinator_id == 1
 
 
