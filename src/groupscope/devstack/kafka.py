@@ -87,7 +87,8 @@ def require_java() -> str:
 
 
 def classpath(libs: Path) -> str:
-    jars = sorted(p.name for p in libs.glob("*.jar"))
+    # Kafka uses the slf4j 1.x API: a binding for slf4j 2 (from an older cache) cannot load.
+    jars = sorted(p.name for p in libs.glob("*.jar") if not p.name.startswith("log4j-slf4j2"))
     # Kafka 3.9 brings its own slf4j binding (reload4j); two bindings make slf4j pick one at
     # random, so ours is left out there.
     if any(j.startswith("slf4j-reload4j") for j in jars):
