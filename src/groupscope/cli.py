@@ -53,29 +53,26 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
         landed = land(snapshot, Path(args.land))
         if args.warehouse:
-            _load(args.warehouse, landed.read())
+            _load(args.warehouse, landed.read(), snapshot)
     elif args.warehouse:
         from groupscope.tables import to_tables
 
-        _load(args.warehouse, to_tables(snapshot))
+        _load(args.warehouse, to_tables(snapshot), snapshot)
     if args.format == "json":
-        # Indented for a person at a terminal, compact into a pipe. dumps, not dump: dump
-        # streams through the pure-Python encoder, several times slower on a large cluster.
-        indent = 2 if sys.stdout.isatty() else None
-        sys.stdout.write(json.dumps(snapshot_json(snapshot), ensure_ascii=False, indent=indent))
-        sys.stdout.write("\n")
+        _print_json(snapshot_json(snapshot))
     else:
         print(snapshot_table(snapshot))
     return 0
 
 
-def _load(url: str, tables: Any) -> None:
+def _load(url: str, tables: Any, snapshot: Any) -> None:
     from groupscope import warehouse
 
     engine = warehouse.engine_for(url)
     try:
         warehouse.migrate(engine)
         warehouse.load_snapshot(engine, tables)
+        warehouse.load_whatif(engine, snapshot)
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(f"{exc} (landed data, if any, is kept)", EXIT_UNAVAILABLE) from None
     finally:
@@ -107,6 +104,97 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_UNAVAILABLE) from None
     finally:
         engine.dispose()
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from groupscope.assignors import STRATEGIES, assign
+    from groupscope.whatif import advise, moved, skew, what_if
+
+    if args.strategy not in STRATEGIES:
+        raise CliError(f"unknown strategy {args.strategy!r}; choose one of "
+                       f"{', '.join(STRATEGIES)}", EXIT_USAGE)
+    if args.input:
+        spec, lag = _simulation_input(args.input)
+        result = assign(args.strategy, spec, args.ordering)
+        previous = {m: tuple(sorted(p)) for m, p in spec.previous.items()}
+        doc: dict[str, Any] = {
+            "group_id": args.group, "strategy": args.strategy,
+            "assignment": _assignment_json(result),
+            "skew": skew(result, lag).as_record(),
+            "moved_from_previous": moved(previous, result) if previous else None,
+        }
+        if previous:
+            doc["previous_skew"] = skew(previous, lag).as_record()
+        _print_json(doc)
+        return 0
+    if not args.bootstrap:
+        raise CliError("give --bootstrap (a live group) or --input FILE", EXIT_USAGE)
+    cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
+    snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC))
+    group = next((g for g in snapshot.groups if g.group_id == args.group), None)
+    if group is None:
+        raise CliError(f"no group {args.group!r} in cluster {cluster.name!r}", EXIT_USAGE)
+    analysis = what_if(group, snapshot, (args.strategy,))
+    if analysis is None:
+        raise CliError(f"group {args.group!r} has no members to assign to "
+                       f"(state {group.state}, protocol type {group.protocol_type!r})",
+                       EXIT_USAGE)
+    current, simulated = analysis.scenarios[0], analysis.scenarios[1]
+    _print_json({
+        "group_id": group.group_id, "strategy": args.strategy,
+        "current_strategy": group.assignor,
+        "subscriptions_inferred": analysis.subscriptions_inferred,
+        "assignment": _assignment_json(simulated.assignment),
+        "skew": simulated.skew.as_record(),
+        "current": {"assignment": _assignment_json(current.assignment),
+                    "skew": current.skew.as_record()},
+        "moved_from_current": moved(current.assignment, simulated.assignment),
+        "recommendations": [{"recommendation": r, "reason": why}
+                            for r, why in advise(group.assignor, list(analysis.scenarios))],
+    })
+    return 0
+
+
+def _simulation_input(path: str) -> tuple[Any, Any]:
+    """{"members": [{"member_id", "topics": [...], "instance_id"?}], "topics": {"t": 6},
+    "previous": {member_id: [{"topic", "partition"}]}?, "lag": [{"topic", "partition",
+    "lag"}]?}"""
+    from groupscope.assignors import AssignmentInput, MemberSpec
+    from groupscope.model import TopicPartition
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+        members = tuple(
+            MemberSpec(str(m["member_id"]), frozenset(map(str, m["topics"])),
+                       m.get("instance_id"))
+            for m in doc["members"]
+        )
+        topics = {str(t): int(n) for t, n in doc["topics"].items()}
+        previous = {
+            str(m): tuple(TopicPartition(str(p["topic"]), int(p["partition"])) for p in parts)
+            for m, parts in (doc.get("previous") or {}).items()
+        }
+        lag = {TopicPartition(str(x["topic"]), int(x["partition"])): int(x["lag"])
+               for x in doc.get("lag") or ()}
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_USAGE) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CliError(f"{path} is not a simulation input ({type(exc).__name__}: {exc}); "
+                       "see groupscope simulate --help", EXIT_USAGE) from None
+    return AssignmentInput(members, topics, previous), lag
+
+
+def _assignment_json(assignment: Any) -> dict[str, list[dict[str, Any]]]:
+    return {m: [{"topic": p.topic, "partition": p.partition} for p in parts]
+            for m, parts in sorted(assignment.items())}
+
+
+def _print_json(doc: Any) -> None:
+    # Indented for a person at a terminal, compact into a pipe. dumps, not dump: dump
+    # streams through the pure-Python encoder, several times slower on a large cluster.
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent) + "\n")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -163,6 +251,28 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--landing", required=True, metavar="DIR")
     load.add_argument("--cluster")
     wh.set_defaults(func=cmd_warehouse)
+
+    sim = sub.add_parser(
+        "simulate",
+        help="what an assignment strategy would do to a group, with skew and advice",
+        description="Either a live group (--bootstrap, --group) or members and topics from a "
+                    "JSON file (--input): {\"members\": [{\"member_id\", \"topics\": [...], "
+                    "\"instance_id\"}], \"topics\": {\"name\": partitions}, "
+                    "\"previous\": {member: [{\"topic\", \"partition\"}]}, "
+                    "\"lag\": [{\"topic\", \"partition\", \"lag\"}]}",
+    )
+    sim.add_argument("--bootstrap")
+    sim.add_argument("--config", action="append", metavar="KEY=VALUE")
+    sim.add_argument("--cluster", default="default")
+    sim.add_argument("--group", required=True)
+    sim.add_argument("--strategy", required=True,
+                     help="range, roundrobin, sticky, cooperative-sticky, uniform, server-range")
+    sim.add_argument("--input", metavar="FILE", help="members and topics from a JSON file")
+    sim.add_argument("--ordering", choices=["librdkafka", "java"], default="librdkafka",
+                     help="member ordering of the client that leads the group (--input only)")
+    sim.add_argument("--format", choices=["json"], default="json")
+    sim.add_argument("--timeout", type=float, default=15.0)
+    sim.set_defaults(func=cmd_simulate)
 
     demo = sub.add_parser("demo", help="run the demo workload (producers and consumer groups)")
     demo.add_argument("--bootstrap", required=True)

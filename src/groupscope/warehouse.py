@@ -19,7 +19,7 @@ import pyarrow as pa
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
-from groupscope.tables import LOAD_ORDER, SCHEMAS
+from groupscope.tables import LOAD_ORDER
 
 RAW_SCHEMA = "raw"
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -120,24 +120,42 @@ def load_snapshot(engine: Engine, tables: dict[str, pa.Table]) -> None:
     manifest = tables["snapshots"].to_pylist()
     if len(manifest) != 1:
         raise ValueError("a snapshot load needs exactly one manifest row")
-    key = {"cluster": manifest[0]["cluster"], "ts": manifest[0]["snapshot_ts"]}
+    replace_snapshot_rows(engine, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
+                          manifest[0]["cluster"], manifest[0]["snapshot_ts"])
+
+
+def load_whatif(engine: Engine, snapshot: Any) -> list[tuple[str, pa.Table]]:
+    """Computes and loads the assignment what-if mart of one snapshot
+    (mart.assignment_whatif, mart.assignment_advice); returns what it loaded."""
+    from groupscope.whatif import mart_tables
+
+    tables = mart_tables(snapshot)
+    replace_snapshot_rows(engine, "mart", tables, snapshot.cluster, snapshot.snapshot_ts)
+    return tables
+
+
+def replace_snapshot_rows(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]],
+                          cluster: str, snapshot_ts: Any) -> None:
+    """In one transaction, deletes every row of (cluster, snapshot_ts) from each table and
+    copies the new ones in: a rerun or a backfill leaves exactly the same rows."""
+    key = {"cluster": cluster, "ts": snapshot_ts}
     with _connect(engine) as conn, conn.begin():
-        for name in LOAD_ORDER:
+        for name, table in tables:
             conn.execute(
-                text(f"DELETE FROM {RAW_SCHEMA}.{name} WHERE cluster = :cluster"
+                text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster"
                      " AND snapshot_ts = :ts"),
                 key,
             )
-            _copy(conn, name, tables[name])
+            _copy(conn, f"{schema}.{name}", table)
 
 
-def _copy(conn: Any, name: str, table: pa.Table) -> None:
+def _copy(conn: Any, qualified_name: str, table: pa.Table) -> None:
     if table.num_rows == 0:
         return
-    columns = SCHEMAS[name].names
+    columns = table.schema.names
     cursor = conn.connection.driver_connection.cursor()
     column_list = ", ".join(columns)
-    with cursor.copy(f"COPY {RAW_SCHEMA}.{name} ({column_list}) FROM STDIN") as copy:
+    with cursor.copy(f"COPY {qualified_name} ({column_list}) FROM STDIN") as copy:
         for row in _rows(table, columns):
             copy.write_row(row)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import subprocess
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from kafkautil import Member, create_topic, take_snapshot, wait_until
 from groupscope.assignors import AssignmentInput, MemberSpec, assign
 from groupscope.devstack.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath, kafka_libs
 from groupscope.model import TopicPartition
+from groupscope.whatif import moved
 
 pytestmark = pytest.mark.integration
 
@@ -104,6 +106,45 @@ def test_range_and_roundrobin_equal_kafkas_java_assignors(tmp_path: Path) -> Non
         assert ours == expected, (case, strategy)
 
 
+def _settled_group(bootstrap: str, group_id: str, members: int, partitions: int):  # type: ignore[no-untyped-def]
+    """The group if it is Stable with all its members owning all partitions, else None. The
+    classic view (subscriptions) and the describe are two requests: wait for a snapshot in
+    which both saw the same, settled generation."""
+    snapshot = take_snapshot(bootstrap)
+    group = next((g for g in snapshot.groups if g.group_id == group_id), None)
+    if (group is None or group.state != "Stable" or len(group.members) != members
+            or sum(len(x.assignment) for x in group.members) != partitions
+            or not all(x.subscription for x in group.members)):
+        return None
+    return group
+
+
+def _start_members(bootstrap: str, group_id: str, blueprint: AssignmentInput,
+                   strategy: str) -> list[Member]:
+    members = []
+    for m in blueprint.members:
+        config = {"bootstrap.servers": bootstrap, "group.id": group_id,
+                  "partition.assignment.strategy": strategy, "client.id": m.member_id,
+                  "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500}
+        if m.instance_id:
+            config["group.instance.id"] = m.instance_id
+        members.append(Member(config, sorted(m.topics)))
+    for member in members:
+        member.start()
+    return members
+
+
+def _as_input(group, partitions) -> AssignmentInput:  # type: ignore[no-untyped-def]
+    """The real group as the simulator sees it: the broker's member ids, and the
+    subscriptions and instance ids the members sent, read back from the group."""
+    return AssignmentInput(
+        tuple(MemberSpec(x.member_id, frozenset(x.subscription or ()), x.instance_id)
+              for x in group.members),
+        partitions,
+        {x.member_id: tuple(sorted(x.assignment)) for x in group.members},
+    )
+
+
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
 def test_range_and_roundrobin_equal_real_librdkafka_groups(
     kafka: KafkaCluster, strategy: str
@@ -115,43 +156,66 @@ def test_range_and_roundrobin_equal_real_librdkafka_groups(
         for topic, count in blueprint.partitions.items():
             create_topic(kafka.bootstrap, topic, count)
         group_id = f"{tag}-group"
-        members = []
-        for m in blueprint.members:
-            config = {"bootstrap.servers": kafka.bootstrap, "group.id": group_id,
-                      "partition.assignment.strategy": strategy, "client.id": m.member_id,
-                      "session.timeout.ms": 10_000, "heartbeat.interval.ms": 500}
-            if m.instance_id:
-                config["group.instance.id"] = m.instance_id
-            members.append(Member(config, sorted(m.topics)))
-        for member in members:
-            member.start()
+        total = sum(blueprint.partitions[t] for t in {t for m in blueprint.members
+                                                       for t in m.topics})
+        members = _start_members(kafka.bootstrap, group_id, blueprint, strategy)
         try:
-            expected_total = sum(blueprint.partitions[t] for t in
-                                 {t for m in blueprint.members for t in m.topics})
-
-            def settled():  # type: ignore[no-untyped-def]
-                snapshot = take_snapshot(kafka.bootstrap)
-                group = next((g for g in snapshot.groups if g.group_id == group_id), None)
-                # The classic view (subscriptions) and the describe are two requests: wait
-                # for a snapshot in which both saw the same, settled generation.
-                if (group is None or group.state != "Stable"
-                        or len(group.members) != len(members)
-                        or sum(len(x.assignment) for x in group.members) != expected_total
-                        or not all(x.subscription for x in group.members)):
-                    return None
-                return group
-
-            group = wait_until(settled, 90, f"{group_id} to settle")
+            group = wait_until(partial(_settled_group, kafka.bootstrap, group_id,
+                                       len(members), total), 90, f"{group_id} to settle")
         finally:
             for member in members:
                 member.stop()
-        # The real member ids are the broker's; subscriptions and instance ids are what
-        # the members sent, read back from the group.
-        real = AssignmentInput(
-            tuple(MemberSpec(x.member_id, frozenset(x.subscription or ()), x.instance_id)
-                  for x in group.members),
-            blueprint.partitions,
-        )
+        real = _as_input(group, blueprint.partitions)
         simulated = assign(strategy, real, ordering="librdkafka")
-        actual = {x.member_id: tuple(sorted(x.assignment)) for x in group.members}
-        assert simulated == actual, (group_id, strategy)
+        assert simulated == real.previous, (group_id, strategy)
+
+
+MOVE_TOLERANCE = 1  # partitions: ties among equally good sticky answers may differ by one
+
+
+def test_cooperative_sticky_matches_real_balance_stickiness_and_movement(
+    kafka: KafkaCluster,
+) -> None:
+    tag = unique("coop")
+    partitions = {f"{tag}.a": 6, f"{tag}.b": 4}
+    for topic, count in partitions.items():
+        create_topic(kafka.bootstrap, topic, count)
+    every = frozenset(partitions)
+    blueprint = AssignmentInput(tuple(MemberSpec(f"{tag}-c{i}", every) for i in range(4)),
+                                partitions)
+    group_id = f"{tag}-group"
+    members = _start_members(kafka.bootstrap, group_id, blueprint, "cooperative-sticky")
+    try:
+        settle = partial(_settled_group, kafka.bootstrap, group_id)
+        first = _as_input(wait_until(partial(settle, 4, 10), 90, "4 members"), partitions)
+
+        members.pop().stop()  # a graceful leave
+        second = _as_input(wait_until(partial(settle, 3, 10), 90, "3 members"), partitions)
+        survivors = AssignmentInput(second.members, partitions,
+                                    {m.member_id: first.previous[m.member_id]
+                                     for m in second.members})
+        simulated = assign("cooperative-sticky", survivors)
+        for name, result in (("real", second.previous), ("simulated", simulated)):
+            counts = sorted(len(v) for v in result.values())
+            assert counts == [3, 3, 4], name  # balanced
+            for member, owned in first.previous.items():  # sticky: survivors keep theirs
+                if member in result:
+                    assert set(owned) <= set(result[member]), (name, member)
+        assert moved(first.previous, second.previous) <= \
+            moved(first.previous, simulated) + MOVE_TOLERANCE
+
+        joiner = _start_members(kafka.bootstrap, group_id, AssignmentInput(
+            (MemberSpec(f"{tag}-late", every),), partitions), "cooperative-sticky")
+        members += joiner
+        third = _as_input(wait_until(partial(settle, 4, 10), 90, "the join"), partitions)
+        rejoined = AssignmentInput(third.members, partitions,
+                                   {m.member_id: second.previous.get(m.member_id, ())
+                                    for m in third.members})
+        simulated = assign("cooperative-sticky", rejoined)
+        assert sorted(len(v) for v in third.previous.values()) == [2, 2, 3, 3]
+        assert sorted(len(v) for v in simulated.values()) == [2, 2, 3, 3]
+        assert moved(second.previous, third.previous) <= \
+            moved(second.previous, simulated) + MOVE_TOLERANCE
+    finally:
+        for member in members:
+            member.stop()

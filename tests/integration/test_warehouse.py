@@ -121,6 +121,19 @@ def test_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
             assert set(key) == set(KEYS[table]), table
 
 
+def test_mart_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
+    from groupscope.whatif import ADVICE_SCHEMA, WHATIF_SCHEMA
+
+    with warehouse_engine.connect() as conn:
+        for table, schema in (("assignment_whatif", WHATIF_SCHEMA),
+                              ("assignment_advice", ADVICE_SCHEMA)):
+            columns = conn.execute(text(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = 'mart' AND table_name = :t ORDER BY ordinal_position"),
+                {"t": table}).scalars().all()
+            assert columns == schema.names, table
+
+
 def test_migrations_are_idempotent_and_guarded(warehouse_engine: Engine, tmp_path: Path) -> None:
     assert warehouse.migrate(warehouse_engine) == []
     edited = tmp_path / "migrations"

@@ -143,11 +143,18 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             snapshot = take_snapshot(cluster, 15.0, datetime.now(UTC))
             landed = land(snapshot, landing_root)
             warehouse.load_snapshot(engine, landed.read())
+            marts = dict(warehouse.load_whatif(engine, snapshot))
             rounds += 1
             print(snapshot_table(snapshot), flush=True)
+            advice = marts["assignment_advice"].to_pylist()
+            if advice:
+                print("\nassignment advice:")
+                for row in advice:
+                    print(f"  {row['group_id']}: {row['recommendation']} ({row['reason']})")
             print(
                 f"\nlanded under {landing_root}; loaded into "
-                f"{warehouse.safe_url(env['WAREHOUSE_URL'])} (raw.*, raw.latest_group_lag)\n"
+                f"{warehouse.safe_url(env['WAREHOUSE_URL'])}: raw.*, raw.latest_group_lag, "
+                "mart.assignment_whatif, mart.assignment_advice\n"
                 f"Kafka: {env['KAFKA_BOOTSTRAP']}   warehouse: {env['WAREHOUSE_URL']}\n",
                 flush=True,
             )
