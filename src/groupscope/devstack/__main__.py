@@ -155,7 +155,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                 f"\nlanded under {landing_root}; loaded into "
                 f"{warehouse.safe_url(env['WAREHOUSE_URL'])}: raw.*, raw.latest_group_lag, "
                 "mart.assignment_whatif, mart.assignment_advice\n"
-                f"Kafka: {env['KAFKA_BOOTSTRAP']}   warehouse: {env['WAREHOUSE_URL']}\n",
+                f"Kafka: {env['KAFKA_BOOTSTRAP']}   warehouse: "
+                f"{warehouse.safe_url(env['WAREHOUSE_URL'])} (full URL in {stack.env_file})\n",
                 flush=True,
             )
             if args.once or (args.duration and time.monotonic() - started >= args.duration):
