@@ -210,7 +210,10 @@ class Collector:
         )
         touched = self._touched_partitions(groups, metadata, errors)
         partitions = self._partition_offsets(touched, errors)
-        used_topics = sorted({tp.topic for tp in touched})
+        # Partition counts of subscribed topics too: what-if needs them even for topics no
+        # member owns or commits yet.
+        subscribed = {t for g in groups for m in g.members for t in m.subscription or ()}
+        used_topics = sorted(({tp.topic for tp in touched} | subscribed) & set(metadata.topics))
         return Snapshot(
             cluster=self.cluster,
             snapshot_ts=snapshot_ts,
