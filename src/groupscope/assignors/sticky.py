@@ -16,7 +16,9 @@ may differ from a given client's.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from fractions import Fraction
 
 from groupscope.assignors import Assignment, AssignmentInput, MemberSpec, Ordering, member_order
 from groupscope.model import TopicPartition
@@ -71,11 +73,12 @@ def _fair_shares(
 ) -> dict[str, int]:
     """How many partitions each member may keep in step 1: its even split of the partitions
     it can own, rounded up (step 3 evens out any excess)."""
-    counts: dict[str, float] = defaultdict(float)
+    # Exact fractions: a float sum like 2.0000000000000004 would round up to 3.
+    counts: dict[str, Fraction] = defaultdict(Fraction)
     for tp in partitions:
         for m in eligible[tp]:
-            counts[m.member_id] += 1 / len(eligible[tp])
-    return {m.member_id: -int(-counts[m.member_id] // 1) for m in members}
+            counts[m.member_id] += Fraction(1, len(eligible[tp]))
+    return {m.member_id: math.ceil(counts[m.member_id]) for m in members}
 
 
 def _balance(
