@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -600,7 +601,7 @@ def _regex(data: bytes) -> RegexValue:
     return RegexValue(0, topics, version, timestamp)
 
 
-_VALUE_DECODERS = {
+_VALUE_DECODERS: dict[int, Callable[[bytes], Value]] = {
     0: _offset_commit, 1: _offset_commit, 2: _group_metadata, 3: _consumer_group_metadata,
     4: _partition_metadata, 5: _member_metadata, 6: _target_assignment_metadata,
     7: _target_assignment_member, 8: _current_member_assignment, 16: _regex,
