@@ -197,6 +197,108 @@ def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent) + "\n")
 
 
+def _probe(cluster: ClusterConfig, timeout_s: float) -> Any:
+    """An admin connection that has reached the cluster, or a one-line reason why not."""
+    from groupscope.kafka_admin import AdminConnection
+
+    try:
+        connection = AdminConnection(cluster, timeout_s)
+    except Exception as exc:
+        raise CliError(f"invalid client configuration: {_kafka_message(exc)}", EXIT_USAGE) \
+            from None
+    try:
+        connection.admin.list_topics(timeout=timeout_s)
+    except Exception as exc:
+        reason = connection.diagnosis() or _kafka_message(exc)
+        raise CliError(f"cluster {cluster.name!r} at {cluster.bootstrap} is unavailable: "
+                       f"{reason}", EXIT_UNAVAILABLE) from None
+    return connection
+
+
+def ingest_offsets(cluster: ClusterConfig, landing: Path, timeout_s: float, run_timeout_s: float,
+                   batch_records: int, partitions: list[int] | None = None) -> Any:
+    from confluent_kafka import Consumer
+
+    from groupscope.offsets.ingest import (
+        IngestSettings,
+        IngestUnavailable,
+        consumer_config,
+        ingest,
+        topic_resolver,
+    )
+
+    connection = _probe(cluster, timeout_s)
+    consumer = Consumer(consumer_config(cluster.client))
+    try:
+        return ingest(consumer, cluster.name, landing, datetime.now(UTC),
+                      IngestSettings(batch_records, run_timeout_s, timeout_s),
+                      topic_resolver(connection.admin, timeout_s), partitions)
+    except IngestUnavailable as exc:
+        raise CliError(f"{exc} ({connection.diagnosis() or 'no reason given'})",
+                       EXIT_UNAVAILABLE) from None
+    finally:
+        consumer.close()
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
+    result = ingest_offsets(cluster, Path(args.land), args.timeout, args.run_timeout,
+                            args.batch_records)
+    _print_json(result.as_dict())
+    if not result.complete:
+        print("groupscope: warning: ingest is incomplete (see \"incomplete\"); what was read "
+              "is landed and the next run continues from there", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_rebalances(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from groupscope.coordinator import offsets_partition_for
+    from groupscope.offsets import store
+    from groupscope.offsets.events import EVENT_SCHEMAS
+    from groupscope.offsets.ingest import OFFSETS_TOPIC
+    from groupscope.offsets.timeline import build_timeline
+    from groupscope.report import timeline_table
+
+    cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
+    connection = _probe(cluster, args.timeout)
+    topic = connection.admin.list_topics(OFFSETS_TOPIC, timeout=args.timeout).topics.get(
+        OFFSETS_TOPIC)
+    if topic is None or not topic.partitions:
+        raise CliError("the cluster has no __consumer_offsets topic (no group has committed)",
+                       EXIT_USAGE)
+    partition = offsets_partition_for(args.group, len(topic.partitions))
+    with tempfile.TemporaryDirectory(prefix="groupscope-rebalances-") as scratch:
+        # With --landing, the landed history (which outlives compaction) is brought up to date
+        # and read; without, the group's partition is read from the log into a scratch folder.
+        landing = Path(args.landing) if args.landing else Path(scratch)
+        result = ingest_offsets(cluster, landing, args.timeout, args.run_timeout, 50_000,
+                                [partition])
+        events = {name: store.read_events(landing, cluster.name, name, partition).to_pylist()
+                  for name in EVENT_SCHEMAS}
+    timeline = build_timeline(args.group, events)
+    if timeline.type == "unknown" and not timeline.deleted_at:
+        raise CliError(f"no membership records for group {args.group!r} in "
+                       f"__consumer_offsets partition {partition} (no such group, a group "
+                       "that only commits offsets, or history already compacted away)",
+                       EXIT_USAGE)
+    source = (f"landed history in {args.landing}" if args.landing else
+              f"__consumer_offsets partition {partition}")
+    if args.format == "json":
+        _print_json({**timeline.as_dict(), "source": {
+            "offsets_partition": partition, "history": "landed" if args.landing else "log",
+            "complete": result.complete}})
+    else:
+        print(timeline_table(timeline, source))
+    if not result.complete:
+        print("groupscope: warning: the offsets topic was not read to its end; the timeline "
+              "may miss the newest generations", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from groupscope.devstack.demo import Demo
 
@@ -273,6 +375,36 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--format", choices=["json"], default="json")
     sim.add_argument("--timeout", type=float, default=15.0)
     sim.set_defaults(func=cmd_simulate)
+
+    offsets = sub.add_parser(
+        "offsets", help="ingest __consumer_offsets: commits, generations, epochs, deletions")
+    offsets_sub = offsets.add_subparsers(dest="action", required=True)
+    oi = offsets_sub.add_parser("ingest", help="land every record since the last run")
+    oi.add_argument("--bootstrap", required=True)
+    oi.add_argument("--config", action="append", metavar="KEY=VALUE")
+    oi.add_argument("--cluster", default="default")
+    oi.add_argument("--land", required=True, metavar="DIR",
+                    help="the landing folder (events and the read positions live there)")
+    oi.add_argument("--batch-records", type=int, default=50_000,
+                    help="records per landed batch (default 50000)")
+    oi.add_argument("--timeout", type=float, default=15.0, help="seconds per request")
+    oi.add_argument("--run-timeout", type=float, default=600.0,
+                    help="seconds for the whole run; the rest lands next run (default 600)")
+    offsets.set_defaults(func=cmd_offsets)
+
+    reb = sub.add_parser("rebalances",
+                         help="the exact rebalance history of a group from __consumer_offsets")
+    reb.add_argument("--bootstrap", required=True)
+    reb.add_argument("--config", action="append", metavar="KEY=VALUE")
+    reb.add_argument("--cluster", default="default")
+    reb.add_argument("--group", required=True)
+    reb.add_argument("--format", choices=["json", "table"], default="table")
+    reb.add_argument("--landing", metavar="DIR",
+                     help="use (and update) the landed history under DIR, which keeps "
+                          "generations that log compaction has removed")
+    reb.add_argument("--timeout", type=float, default=15.0, help="seconds per request")
+    reb.add_argument("--run-timeout", type=float, default=300.0)
+    reb.set_defaults(func=cmd_rebalances)
 
     demo = sub.add_parser("demo", help="run the demo workload (producers and consumer groups)")
     demo.add_argument("--bootstrap", required=True)

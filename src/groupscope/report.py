@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from groupscope.model import Snapshot, TopicPartition, offset_lag
+from groupscope.offsets.timeline import Timeline
 
 
 def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
@@ -118,21 +119,64 @@ def snapshot_table(snapshot: Snapshot) -> str:
                 coordinator,
             ]
         )
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
     lines = [
         f"cluster {snapshot.cluster} at {snapshot.snapshot_ts:%Y-%m-%d %H:%M:%S}Z: "
         f"{len(rows)} groups, "
         + ("complete" if snapshot.complete else f"INCOMPLETE ({len(snapshot.errors)} errors)"),
-        "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip(),
+        *_columns(headers, rows),
     ]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
     if snapshot.errors:
         lines.append("")
         lines.append("errors:")
         lines += [f"  {printable(e.describe(), 200)}" for e in snapshot.errors]
     return "\n".join(lines)
+
+
+def _columns(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in (headers, *rows)
+    ]
+
+
+def timeline_table(timeline: Timeline, source: str) -> str:
+    """A group's rebalance timeline, one line per generation (or KIP-848 assignment epoch)."""
+    headers = ["GEN", "TIME (UTC)", "ASSIGNOR", "KIND", "MEMBERS", "JOINED", "LEFT", "MOVED",
+               "NOTES"]
+    rows = []
+    for g in timeline.generations:
+        notes = []
+        if g.missing_before:
+            notes.append(f"{g.missing_before} generation(s) not in the log before this")
+        if g.rewrites:
+            notes.append(f"rewritten {g.rewrites}x without a rebalance")
+        notes += [f"static {printable(r['instance_id'], 32)} restarted in place"
+                  for r in g.replaced]
+        if g.empty:
+            notes.append("group empty")
+        rows.append([
+            str(g.generation), f"{g.timestamp:%Y-%m-%d %H:%M:%S.%f}"[:-3], g.protocol or "-",
+            g.rebalance_type, str(len(g.members)),
+            ", ".join(_short_member(m) for m in g.joined) or "-",
+            ", ".join(_short_member(m) for m in g.left) or "-",
+            str(g.partitions_moved), "; ".join(notes),
+        ])
+    kind = timeline.type if timeline.protocol_type in ("consumer", None) else \
+        f"{timeline.type}/{timeline.protocol_type}"
+    lines = [f"group {printable(timeline.group_id, 200)} ({kind}): "
+             f"{len(timeline.generations)} generation(s) from {source}"]
+    if rows:
+        lines += _columns(headers, rows)
+    lines += [f"deleted at {d:%Y-%m-%d %H:%M:%S}Z" for d in timeline.deleted_at]
+    return "\n".join(lines)
+
+
+def _short_member(member_id: str) -> str:
+    # Member ids are "<client.id>-<uuid>": keep the client id's start and the uuid's end.
+    shown = printable(member_id, 10_000)
+    return shown if len(shown) <= 28 else f"{shown[:18]}…{shown[-8:]}"
 
 
 def _kind(group: dict[str, Any]) -> str:

@@ -1,0 +1,244 @@
+"""Ingest of ``__consumer_offsets``: from the last landed position of every partition to the
+end, decoded into event tables and landed batch by batch (``groupscope.offsets.store``).
+
+The consumer reads with ``isolation.level=read_committed``, so offsets committed inside an
+aborted transaction (``sendOffsetsToTransaction`` then abort) never land, transaction markers
+are skipped, and a partition with an open transaction is read up to its last stable offset; the
+rest lands on a later run. The end of each partition is fixed when the run starts, so a busy
+topic cannot keep a run going forever.
+
+This plain-Python path suits the CLI and small to medium clusters. The same decoder and event
+builder run inside a Spark job for large ones (``spark_jobs/offsets_ingest.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from groupscope.offsets import store
+from groupscope.offsets.events import EventBuilder, record_kind_counts
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class IngestUnavailable(RuntimeError):
+    """The cluster cannot be read at all (unreachable, not authorised)."""
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    batch_records: int = 50_000
+    timeout_s: float = 600.0  # the whole run; unfinished partitions are reported, not lost
+    request_timeout_s: float = 15.0
+
+
+@dataclass
+class PartitionProgress:
+    partition: int
+    start: int
+    end: int  # the high watermark when the run started
+    next_offset: int
+    records: int = 0
+    batches: int = 0
+    done: bool = False
+    gap: tuple[int, int] | None = None  # offsets deleted from the log before we read them
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition, "start": self.start, "end": self.end,
+            "next_offset": self.next_offset, "records": self.records, "batches": self.batches,
+            "done": self.done, "gap": list(self.gap) if self.gap else None, "error": self.error,
+        }
+
+
+@dataclass
+class IngestResult:
+    cluster: str
+    partitions: list[PartitionProgress] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    abandoned_removed: int = 0
+    note: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return all(p.done and p.error is None for p in self.partitions)
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster, "complete": self.complete, "records": self.records,
+            "counts": dict(sorted(self.counts.items())),
+            "partitions_read": sum(1 for p in self.partitions if p.records or p.batches),
+            "incomplete": [p.as_dict() for p in self.partitions if not p.done or p.error],
+            "gaps": [p.as_dict() for p in self.partitions if p.gap],
+            "abandoned_batches_removed": self.abandoned_removed, "note": self.note,
+        }
+
+
+TopicResolver = Callable[[set[str]], Mapping[str, str]]
+
+
+def ingest(consumer: Any, cluster: str, root: Path, ingest_ts: datetime,
+           settings: IngestSettings = IngestSettings(),
+           resolve_topic_ids: TopicResolver | None = None,
+           partitions: Iterable[int] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> IngestResult:
+    """Reads every (or the given) partition of the offsets topic from its landed position to
+    its current end with ``consumer`` (a confluent_kafka.Consumer made by ``consumer_config``)
+    and lands the events under ``root``."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    result = IngestResult(cluster, abandoned_removed=store.remove_abandoned(root, cluster))
+    timeout = settings.request_timeout_s
+    try:
+        metadata = consumer.list_topics(OFFSETS_TOPIC, timeout=timeout)
+    except KafkaException as exc:
+        raise IngestUnavailable(f"cannot read cluster metadata: {exc.args[0].str()}") from None
+    topic = metadata.topics.get(OFFSETS_TOPIC)
+    if topic is None or topic.error is not None or not topic.partitions:
+        result.note = "the cluster has no __consumer_offsets topic yet (no group has committed)"
+        return result
+    wanted = sorted(topic.partitions) if partitions is None else sorted(partitions)
+    landed = store.positions(root, cluster)
+
+    progress: dict[int, PartitionProgress] = {}
+    for p in wanted:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(OFFSETS_TOPIC, p), timeout=timeout)
+        except KafkaException as exc:
+            result.partitions.append(PartitionProgress(
+                p, landed.get(p, 0), -1, landed.get(p, 0),
+                error=f"watermarks unavailable: {exc.args[0].str()}"))
+            continue
+        stored = landed.get(p, 0)
+        start = max(stored, low)
+        state = PartitionProgress(p, start, high, start, done=start >= high,
+                                  gap=(stored, low) if stored < low else None)
+        result.partitions.append(state)
+        if not state.done:
+            progress[p] = state
+    result.partitions.sort(key=lambda s: s.partition)
+    if not progress:
+        return result
+
+    builders = {p: EventBuilder(cluster) for p in progress}
+    names: dict[str, str] = {}
+
+    def flush(state: PartitionProgress, next_offset: int) -> None:
+        builder = builders[state.partition]
+        if next_offset <= state.next_offset and not len(builder):
+            return
+        unresolved = builder.unresolved_topic_ids() - names.keys()
+        if unresolved and resolve_topic_ids is not None:
+            names.update(resolve_topic_ids(unresolved))
+        tables = builder.tables(names)
+        store.land_batch(root, cluster, state.partition, state.next_offset, next_offset, tables, {
+            "ingest_ts": ingest_ts.isoformat(), "counts": dict(builder.counts),
+            "rows": record_kind_counts(tables),
+            "gap": list(state.gap) if state.gap and state.batches == 0 else None,
+        })
+        result.counts.update(builder.counts)
+        state.batches += 1
+        state.next_offset = next_offset
+        names.update(builder.topic_names)
+        builders[state.partition] = EventBuilder(cluster)
+
+    consumer.assign([TopicPartition(OFFSETS_TOPIC, p, s.start) for p, s in progress.items()])
+    deadline = clock() + settings.timeout_s
+    open_partitions = set(progress)
+    last_seen: dict[int, int] = {}
+    try:
+        while open_partitions and clock() < deadline:
+            for msg in consumer.consume(num_messages=5000, timeout=0.5):
+                p = msg.partition()
+                state = progress.get(p)
+                if state is None or state.done:
+                    continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() == error._PARTITION_EOF:
+                        _finish(consumer, state, open_partitions, last_seen, flush)
+                    else:
+                        state.error = error.str()
+                    continue
+                offset = msg.offset()
+                builders[p].add_raw(p, offset, msg.timestamp()[1], msg.key(), msg.value())
+                state.records += 1
+                last_seen[p] = offset
+                if len(builders[p]) >= settings.batch_records:
+                    flush(state, offset + 1)
+                if offset + 1 >= state.end:
+                    _finish(consumer, state, open_partitions, last_seen, flush)
+    finally:
+        for p in open_partitions:
+            state = progress[p]
+            if p in last_seen:
+                flush(state, last_seen[p] + 1)
+            if state.error is None:
+                state.error = (f"timed out after {settings.timeout_s:.0f}s at offset "
+                               f"{state.next_offset} of {state.end}")
+    return result
+
+
+def _finish(consumer: Any, state: PartitionProgress, open_partitions: set[int],
+            last_seen: dict[int, int], flush: Callable[[PartitionProgress, int], None]) -> None:
+    from confluent_kafka import TopicPartition
+
+    # The consumer's position is past trailing transaction markers and aborted records, which
+    # the last delivered offset is not; landing it means the next run does not re-read them.
+    (position,) = consumer.position([TopicPartition(OFFSETS_TOPIC, state.partition)])
+    candidates = [state.next_offset, last_seen.get(state.partition, -1) + 1]
+    if position.offset >= 0:
+        candidates.append(position.offset)
+    flush(state, max(candidates))
+    state.done = True
+    open_partitions.discard(state.partition)
+
+
+def consumer_config(client_config: Mapping[str, str]) -> dict[str, Any]:
+    """The reading consumer: assign()-only (it never joins or commits for its group id)."""
+    return {
+        **client_config,
+        "group.id": "groupscope-offsets-reader",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 52_428_800,
+    }
+
+
+def topic_resolver(admin: Any, timeout_s: float) -> TopicResolver:
+    """Resolves topic ids to names through the Admin API (describe every topic, once)."""
+    cache: dict[str, str] = {}
+
+    def resolve(ids: set[str]) -> Mapping[str, str]:
+        if not ids - cache.keys():
+            return cache
+        from confluent_kafka import TopicCollection
+
+        topics = list(admin.list_topics(timeout=timeout_s).topics)
+        for name, future in admin.describe_topics(TopicCollection(topics),
+                                                  request_timeout=timeout_s).items():
+            try:
+                cache[str(future.result().topic_id)] = name
+            except Exception as exc:  # a topic deleted meanwhile: its id stays unresolved
+                log.debug("describe %s failed: %s", name, exc)
+        return cache
+
+    return resolve

@@ -1,0 +1,139 @@
+"""Landed ``__consumer_offsets`` events, append-only, with the read positions stored in the
+same place as the data they describe.
+
+Layout, one directory per batch of one offsets-topic partition::
+
+    <root>/offsets_topic/cluster=<c>/partition=<NNN>/batch=<first:020d>-<next:020d>/
+        <table>.parquet ...   (the event tables of groupscope.offsets.events, non-empty ones)
+        _batch.json           (the range, counts, and any gap found before it)
+
+A batch directory is written under a temporary name and renamed into place in one step, so a
+batch is landed entirely or not at all. The stored position of a partition is the largest
+``next`` among its batches: a crash (or kill) at any moment loses no event and a rerun lands
+none twice, because the next run starts exactly where the landed batches end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from groupscope.offsets.events import EVENT_SCHEMAS
+
+_BATCH = re.compile(r"^batch=(\d{20})-(\d{20})$")
+MANIFEST = "_batch.json"
+
+
+def cluster_dir(root: Path, cluster: str) -> Path:
+    return root / "offsets_topic" / f"cluster={cluster}"
+
+
+def partition_dir(root: Path, cluster: str, partition: int) -> Path:
+    return cluster_dir(root, cluster) / f"partition={partition:03d}"
+
+
+@dataclass(frozen=True)
+class Batch:
+    path: Path
+    partition: int
+    first_offset: int
+    next_offset: int
+
+    def manifest(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.path / MANIFEST).read_text())
+        return data
+
+    def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        path = self.path / f"{table}.parquet"
+        if not path.exists():
+            return EVENT_SCHEMAS[table].empty_table().select(
+                columns or EVENT_SCHEMAS[table].names)
+        return pq.read_table(path, columns=columns, schema=EVENT_SCHEMAS[table])
+
+
+def batches(root: Path, cluster: str, partition: int | None = None) -> list[Batch]:
+    """Landed batches, in offset order per partition."""
+    base = cluster_dir(root, cluster)
+    pattern = f"partition={partition:03d}/batch=*" if partition is not None else \
+        "partition=*/batch=*"
+    found = []
+    for path in base.glob(pattern):
+        match = _BATCH.match(path.name)
+        if match and (path / MANIFEST).exists():
+            found.append(Batch(path, int(path.parent.name.split("=")[1]),
+                               int(match.group(1)), int(match.group(2))))
+    return sorted(found, key=lambda b: (b.partition, b.first_offset))
+
+
+def positions(root: Path, cluster: str) -> dict[int, int]:
+    """The next offset to read per offsets-topic partition, from the landed batches."""
+    out: dict[int, int] = {}
+    for b in batches(root, cluster):
+        out[b.partition] = max(out.get(b.partition, 0), b.next_offset)
+    return out
+
+
+def land_batch(root: Path, cluster: str, partition: int, first_offset: int, next_offset: int,
+               tables: Mapping[str, pa.Table], manifest: Mapping[str, Any]) -> Batch:
+    """Lands one batch atomically. A batch overlapping one already landed is refused: that
+    would be an event landed twice."""
+    landed = positions(root, cluster).get(partition, 0)
+    if first_offset < landed:
+        raise ValueError(
+            f"partition {partition}: batch {first_offset}-{next_offset} overlaps landed events "
+            f"up to {landed}"
+        )
+    parent = partition_dir(root, cluster, partition)
+    parent.mkdir(parents=True, exist_ok=True)
+    final = parent / f"batch={first_offset:020d}-{next_offset:020d}"
+    temporary = parent / f".tmp-{uuid.uuid4().hex}"
+    temporary.mkdir()
+    try:
+        for name, table in tables.items():
+            if table.num_rows:
+                pq.write_table(table, temporary / f"{name}.parquet", compression="zstd")
+        (temporary / MANIFEST).write_text(json.dumps(
+            {"cluster": cluster, "partition": partition, "first_offset": first_offset,
+             "next_offset": next_offset, **manifest}, sort_keys=True, indent=1))
+        _fsync_dir(temporary)
+        os.rename(temporary, final)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return Batch(final, partition, first_offset, next_offset)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_abandoned(root: Path, cluster: str) -> int:
+    """Removes temporary batch directories a killed run left behind; returns how many."""
+    removed = 0
+    for path in cluster_dir(root, cluster).glob("partition=*/.tmp-*"):
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def read_events(root: Path, cluster: str, table: str, partition: int | None = None) -> pa.Table:
+    """One event table over every landed batch (of one offsets-topic partition, if given)."""
+    parts = [b.read(table) for b in batches(root, cluster, partition)]
+    if not parts:
+        return EVENT_SCHEMAS[table].empty_table()
+    return pa.concat_tables(parts)
