@@ -116,6 +116,7 @@ def ingest(consumer: Any, cluster: str, root: Path, ingest_ts: datetime,
 
     progress: dict[int, PartitionProgress] = {}
     for p in wanted:
+        state: PartitionProgress
         try:
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(OFFSETS_TOPIC, p), timeout=timeout)
@@ -165,9 +166,9 @@ def ingest(consumer: Any, cluster: str, root: Path, ingest_ts: datetime,
         while open_partitions and clock() < deadline:
             for msg in consumer.consume(num_messages=5000, timeout=0.5):
                 p = msg.partition()
-                state = progress.get(p)
-                if state is None or state.done:
+                if p not in progress or progress[p].done:
                     continue
+                state = progress[p]
                 error = msg.error()
                 if error is not None:
                     if error.code() == error._PARTITION_EOF:

@@ -5,12 +5,12 @@
   generation written again (a static member's restart within its session timeout replaces its
   member id without a rebalance) is folded into that generation as a rewrite. A jump in
   generation numbers means rebalances that never completed, or records compacted away before
-  they were read: counted as ``missing_before``. (KIP-848 assignment epochs follow group epochs,
-  which may advance several times before one assignment, so their gaps mean nothing.) The group-creation record (generation 0, no
+  they were read: counted as ``missing_before``. The group-creation record (generation 0, no
   members) is not a rebalance.
 - **Consumer-protocol (KIP-848) groups**: one entry per target-assignment epoch, with the
   members alive at that point (member-metadata records and their tombstones) and the target
-  assignment in force (target-assignment-member records).
+  assignment in force (target-assignment-member records). Assignment epochs follow group
+  epochs, which may advance several times before one assignment: their gaps mean nothing.
 
 Members are matched across generations by group instance id when they have one (a static member
 keeps its identity across restarts), else by member id. ``partitions_moved`` counts partitions
