@@ -136,73 +136,113 @@ def ingest(consumer: Any, cluster: str, root: Path, ingest_ts: datetime,
     if not progress:
         return result
 
-    builders = {p: EventBuilder(cluster) for p in progress}
     names: dict[str, str] = {}
 
+    def resolve(ids: set[str]) -> Mapping[str, str]:
+        if ids - names.keys() and resolve_topic_ids is not None:
+            names.update(resolve_topic_ids(ids))
+        return names
+
+    landers = {p: BatchLander(root, cluster, p, s.start, ingest_ts, settings.batch_records,
+                              resolve, s.gap) for p, s in progress.items()}
+
     def flush(state: PartitionProgress, next_offset: int) -> None:
-        builder = builders[state.partition]
-        if next_offset <= state.next_offset and not len(builder):
-            return
-        unresolved = builder.unresolved_topic_ids() - names.keys()
-        if unresolved and resolve_topic_ids is not None:
-            names.update(resolve_topic_ids(unresolved))
-        tables = builder.tables(names)
-        store.land_batch(root, cluster, state.partition, state.next_offset, next_offset, tables, {
-            "ingest_ts": ingest_ts.isoformat(), "counts": dict(builder.counts),
-            "rows": record_kind_counts(tables),
-            "gap": list(state.gap) if state.gap and state.batches == 0 else None,
-        })
-        result.counts.update(builder.counts)
-        state.batches += 1
-        state.next_offset = next_offset
-        names.update(builder.topic_names)
-        builders[state.partition] = EventBuilder(cluster)
+        lander = landers[state.partition]
+        lander.flush(next_offset)
+        state.next_offset, state.batches = lander.next_offset, lander.batches
 
     consumer.assign([TopicPartition(OFFSETS_TOPIC, p, s.start) for p, s in progress.items()])
     deadline = clock() + settings.timeout_s
     open_partitions = set(progress)
-    last_seen: dict[int, int] = {}
     try:
         while open_partitions and clock() < deadline:
             for msg in consumer.consume(num_messages=5000, timeout=0.5):
                 p = msg.partition()
                 if p not in progress or progress[p].done:
                     continue
-                state = progress[p]
+                state, lander = progress[p], landers[p]
                 error = msg.error()
                 if error is not None:
                     if error.code() == error._PARTITION_EOF:
-                        _finish(consumer, state, open_partitions, last_seen, flush)
+                        _finish(consumer, state, lander, open_partitions, flush)
                     else:
                         state.error = error.str()
                     continue
                 offset = msg.offset()
-                builders[p].add_raw(p, offset, msg.timestamp()[1], msg.key(), msg.value())
+                lander.add(offset, msg.timestamp()[1], msg.key(), msg.value())
                 state.records += 1
-                last_seen[p] = offset
-                if len(builders[p]) >= settings.batch_records:
-                    flush(state, offset + 1)
+                state.next_offset, state.batches = lander.next_offset, lander.batches
                 if offset + 1 >= state.end:
-                    _finish(consumer, state, open_partitions, last_seen, flush)
+                    _finish(consumer, state, lander, open_partitions, flush)
     finally:
         for p in open_partitions:
-            state = progress[p]
-            if p in last_seen:
-                flush(state, last_seen[p] + 1)
+            state, lander = progress[p], landers[p]
+            if lander.last_seen is not None:
+                flush(state, lander.last_seen + 1)
             if state.error is None:
                 state.error = (f"timed out after {settings.timeout_s:.0f}s at offset "
                                f"{state.next_offset} of {state.end}")
+        for lander in landers.values():
+            result.counts.update(lander.counts)
     return result
 
 
-def _finish(consumer: Any, state: PartitionProgress, open_partitions: set[int],
-            last_seen: dict[int, int], flush: Callable[[PartitionProgress, int], None]) -> None:
+class BatchLander:
+    """Decodes the records of one offsets-topic partition, in offset order, and lands them in
+    batches of ``batch_records``. Shared by the plain ingest and the Spark job."""
+
+    def __init__(self, root: Path, cluster: str, partition: int, start: int,
+                 ingest_ts: datetime, batch_records: int,
+                 resolve_topic_ids: TopicResolver | None = None,
+                 gap: tuple[int, int] | None = None) -> None:
+        self.root, self.cluster, self.partition = root, cluster, partition
+        self.ingest_ts, self.batch_records = ingest_ts, batch_records
+        self.resolve_topic_ids, self.gap = resolve_topic_ids, gap
+        self.next_offset = start
+        self.batches = 0
+        self.last_seen: int | None = None
+        self.counts: Counter[str] = Counter()
+        self._builder = EventBuilder(cluster)
+
+    def add(self, offset: int, timestamp_ms: int, key: bytes | None,
+            value: bytes | None) -> None:
+        self._builder.add_raw(self.partition, offset, timestamp_ms, key, value)
+        self.last_seen = offset
+        if len(self._builder) >= self.batch_records:
+            self.flush(offset + 1)
+
+    def flush(self, next_offset: int) -> None:
+        """Lands what was added as the batch [next_offset of the last batch, next_offset)."""
+        builder = self._builder
+        if next_offset <= self.next_offset and not len(builder):
+            return
+        names: Mapping[str, str] = {}
+        unresolved = builder.unresolved_topic_ids()
+        if unresolved and self.resolve_topic_ids is not None:
+            names = self.resolve_topic_ids(unresolved)
+        tables = builder.tables(names)
+        store.land_batch(self.root, self.cluster, self.partition, self.next_offset, next_offset,
+                         tables, {
+                             "ingest_ts": self.ingest_ts.isoformat(),
+                             "counts": dict(builder.counts),
+                             "rows": record_kind_counts(tables),
+                             "gap": list(self.gap) if self.gap and not self.batches else None,
+                         })
+        self.counts.update(builder.counts)
+        self.batches += 1
+        self.next_offset = next_offset
+        self._builder = EventBuilder(self.cluster, topic_names=builder.topic_names)
+
+
+def _finish(consumer: Any, state: PartitionProgress, lander: BatchLander,
+            open_partitions: set[int],
+            flush: Callable[[PartitionProgress, int], None]) -> None:
     from confluent_kafka import TopicPartition
 
     # The consumer's position is past trailing transaction markers and aborted records, which
     # the last delivered offset is not; landing it means the next run does not re-read them.
     (position,) = consumer.position([TopicPartition(OFFSETS_TOPIC, state.partition)])
-    candidates = [state.next_offset, last_seen.get(state.partition, -1) + 1]
+    candidates = [state.next_offset, -1 if lander.last_seen is None else lander.last_seen + 1]
     if position.offset >= 0:
         candidates.append(position.offset)
     flush(state, max(candidates))
@@ -237,7 +277,10 @@ def topic_resolver(admin: Any, timeout_s: float) -> TopicResolver:
         for name, future in admin.describe_topics(TopicCollection(topics),
                                                   request_timeout=timeout_s).items():
             try:
-                cache[str(future.result().topic_id)] = name
+                # librdkafka prints ids in standard base64; Kafka's records use the URL-safe
+                # alphabet (Uuid.toString), as the decoder does.
+                topic_id = str(future.result().topic_id)
+                cache[topic_id.replace("+", "-").replace("/", "_").rstrip("=")] = name
             except Exception as exc:  # a topic deleted meanwhile: its id stays unresolved
                 log.debug("describe %s failed: %s", name, exc)
         return cache
