@@ -43,23 +43,37 @@ def kafka_libs(version: str) -> Path:
     """The folder of jars for one Kafka version, resolved with Maven on first use."""
     if not SUPPORTED_VERSION.match(version):
         raise StackError(f"Kafka version {version!r} is not supported: use 3.9.x or 4.x.y")
-    libs = cache_dir() / "kafka" / version / "libs"
+    return maven_libs("kafka-pom.xml", cache_dir() / "kafka" / version / "libs",
+                      {"kafka.version": version}, f"Kafka {version}")
+
+
+def spark_kafka_libs() -> list[Path]:
+    """The jars of Spark's Kafka source (spark-sql-kafka), for spark-submit --jars."""
+    libs = maven_libs("spark-kafka-pom.xml", cache_dir() / "spark-kafka" / "libs", {},
+                      "Spark's Kafka source")
+    return sorted(libs.glob("*.jar"))
+
+
+def maven_libs(pom_name: str, libs: Path, properties: dict[str, str], what: str) -> Path:
+    """Copies the dependencies of a packaged pom into ``libs`` with Maven, once."""
     done = libs / ".complete"
     if done.exists():
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError(
-            "Maven (mvn) is not on PATH; it fetches Kafka's jars from Maven Central. "
+            "Maven (mvn) is not on PATH; it fetches jars from Maven Central. "
             "Install it (Debian: apt-get install maven) and run again."
         )
     require_java()
     libs.mkdir(parents=True, exist_ok=True)
-    pom = resources.files("groupscope.devstack").joinpath("kafka-pom.xml")
-    with resources.as_file(pom) as pom_path:
+    package = resources.files("groupscope.devstack")
+    with resources.as_file(package.joinpath(pom_name)) as pom_path, \
+            resources.as_file(package.joinpath("maven-settings.xml")) as settings_path:
         result = subprocess.run(
             [
-                mvn, "-B", "-q", "-f", str(pom_path), f"-Dkafka.version={version}",
+                mvn, "-B", "-q", "-s", str(settings_path), "-f", str(pom_path),
+                *(f"-D{k}={v}" for k, v in properties.items()),
                 "dependency:copy-dependencies", f"-DoutputDirectory={libs}",
                 "-DincludeScope=runtime",
             ],
@@ -67,8 +81,8 @@ def kafka_libs(version: str) -> Path:
         )
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise StackError(f"Maven could not fetch Kafka {version} from Maven Central:\n{tail}")
-    done.write_text(version)
+        raise StackError(f"Maven could not fetch {what} from Maven Central:\n{tail}")
+    done.write_text(json.dumps(properties))
     return libs
 
 

@@ -286,3 +286,30 @@ def topic_resolver(admin: Any, timeout_s: float) -> TopicResolver:
         return cache
 
     return resolve
+
+
+def read_watermarks(client_config: Mapping[str, str], timeout_s: float,
+                    ) -> tuple[dict[int, tuple[int, int]], dict[str, str]]:
+    """The offsets topic's (log start, end) per partition and every topic's id -> name, for
+    a job that plans its reads up front (the Spark path)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    consumer = Consumer(consumer_config(client_config))
+    try:
+        try:
+            topic = consumer.list_topics(OFFSETS_TOPIC, timeout=timeout_s).topics.get(
+                OFFSETS_TOPIC)
+        except KafkaException as exc:
+            raise IngestUnavailable(f"cannot read cluster metadata: {exc.args[0].str()}") \
+                from None
+        if topic is None or topic.error is not None:
+            return {}, {}
+        watermarks = {
+            p: consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), timeout=timeout_s)
+            for p in sorted(topic.partitions)
+        }
+    finally:
+        consumer.close()
+    names = topic_resolver(AdminClient(dict(client_config)), timeout_s)({"*"})
+    return watermarks, dict(names)

@@ -1,0 +1,71 @@
+"""The Spark path of the offsets-topic ingest (Spark's Kafka source from Maven Central, local
+mode) lands exactly what the plain path lands, and the two continue from each other's
+positions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from conftest import unique
+from kafkautil import create_topic
+from test_offsets_topic import _ingest_all
+
+from groupscope import sparksubmit
+from groupscope.devstack.kafka import KafkaCluster, spark_kafka_libs
+from groupscope.offsets import store
+from groupscope.offsets.events import EVENT_SCHEMAS
+
+pytestmark = pytest.mark.integration
+
+
+def _commit(bootstrap: str, group: str, topic: str, times: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    for n in range(times):
+        consumer.commit(offsets=[TopicPartition(topic, 0, n + 1)], asynchronous=False)
+    consumer.close()
+
+
+def _spark_ingest(bootstrap: str, root: Path) -> dict[str, Any]:
+    argv = sparksubmit.command("offsets_ingest.py", [
+        "--bootstrap", bootstrap, "--cluster", "it", "--land", str(root),
+        "--batch-records", "500"], jars=spark_kafka_libs())
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          env=sparksubmit.environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _rows(root: Path) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    for name in EVENT_SCHEMAS:
+        table = store.read_events(root, "it", name)
+        out[name] = sorted(tuple(map(repr, row.values())) for row in table.to_pylist())
+    return out
+
+
+def test_spark_and_plain_ingest_land_the_same_events(kafka: KafkaCluster, tmp_path: Path) -> None:
+    bootstrap = kafka.bootstrap
+    topic = unique("spark-in")
+    create_topic(bootstrap, topic, 1)
+    _commit(bootstrap, unique("spark-g"), topic, 700)
+
+    plain, mixed = tmp_path / "plain", tmp_path / "mixed"
+    assert _ingest_all(bootstrap, mixed).complete  # the plain path first ...
+    _commit(bootstrap, unique("spark-g"), topic, 300)
+    summary = _spark_ingest(bootstrap, mixed)  # ... then Spark continues from its positions
+    assert sum(sum(p["counts"].values()) for p in summary["landed"]) >= 300
+    assert _ingest_all(bootstrap, plain).complete  # one plain run over everything
+
+    limit = store.positions(plain, "it")
+    assert store.positions(mixed, "it") == limit
+    assert _rows(mixed) == _rows(plain)
+
+    again = _spark_ingest(bootstrap, mixed)
+    assert again["landed"] == [] and store.positions(mixed, "it") == limit
