@@ -173,6 +173,21 @@ def timeline_table(timeline: Timeline, source: str) -> str:
     return "\n".join(lines)
 
 
+def rebalance_summary(timelines: list[Timeline]) -> str:
+    """One line per group: how often it rebalanced, and its last rebalance."""
+    headers = ["GROUP", "KIND", "GENERATIONS", "LAST REBALANCE (UTC)", "GEN", "JOINED", "LEFT",
+               "MOVED"]
+    rows = []
+    for t in timelines:
+        if not t.generations:
+            continue
+        last = t.generations[-1]
+        rows.append([printable(t.group_id), t.type, str(len(t.generations)),
+                     f"{last.timestamp:%Y-%m-%d %H:%M:%S}", str(last.generation),
+                     str(len(last.joined)), str(len(last.left)), str(last.partitions_moved)])
+    return "\n".join(_columns(headers, rows))
+
+
 def _short_member(member_id: str) -> str:
     # Member ids are "<client.id>-<uuid>": keep the client id's start and the uuid's end.
     shown = printable(member_id, 10_000)

@@ -111,11 +111,14 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     """The local stack, the demo workload and a snapshot table every ``--every`` seconds,
     each snapshot landed and loaded into the warehouse. Ctrl-C stops everything."""
     from groupscope import warehouse
-    from groupscope.cli import take_snapshot
+    from groupscope.cli import ingest_offsets, take_snapshot
     from groupscope.config import ClusterConfig
     from groupscope.devstack.demo import Demo
     from groupscope.landing import land
-    from groupscope.report import snapshot_table
+    from groupscope.offsets import store
+    from groupscope.offsets.events import EVENT_SCHEMAS
+    from groupscope.offsets.timeline import all_timelines
+    from groupscope.report import rebalance_summary, snapshot_table
 
     env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port)
     demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
@@ -151,6 +154,14 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                 print("\nassignment advice:")
                 for row in advice:
                     print(f"  {row['group_id']}: {row['recommendation']} ({row['reason']})")
+            ingested = ingest_offsets(cluster, landing_root, 15.0, 60.0, 50_000)
+            # Everything but the commits (the bulk, and not needed for the timeline).
+            events: dict[str, list[dict[str, Any]]] = {
+                name: store.read_events(landing_root, cluster.name, name).to_pylist()
+                for name in EVENT_SCHEMAS if name != "offset_commits"}
+            print(f"\nrebalances, exact, from __consumer_offsets ({ingested.records:,} new "
+                  "records ingested; `groupscope rebalances --group G` shows one group's):")
+            print(rebalance_summary(all_timelines(events)), flush=True)
             print(
                 f"\nlanded under {landing_root}; loaded into "
                 f"{warehouse.safe_url(env['WAREHOUSE_URL'])}: raw.*, raw.latest_group_lag, "

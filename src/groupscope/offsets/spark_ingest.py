@@ -8,7 +8,8 @@ The landing root must be a file system every executor sees (local in ``local[*]`
 mount on a cluster).
 
 Spark's Admin-based offset reader does not see internal topics, so the job switches to the
-consumer-based one (``spark.sql.streaming.kafka.useDeprecatedOffsetFetching``).
+consumer-based one (``spark.sql.streaming.kafka.useDeprecatedOffsetFetching``), which joins a
+throwaway consumer group per run (named ``groupscope-spark-offsets-reader-*``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def run(spark: Any, bootstrap_options: Mapping[str, str], the_plan: Plan) -> lis
         .option("endingOffsets", "latest")
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "false")  # gaps are found and recorded by the plan
+        # The consumer-based offset reader joins a throwaway group on the driver: name it so
+        # an operator (and groupscope's own snapshot) can tell what it is.
+        .option("groupIdPrefix", "groupscope-spark-offsets-reader")
         .load()
         .select("partition", "offset", F.unix_millis("timestamp").alias("timestamp_ms"),
                 "key", "value")

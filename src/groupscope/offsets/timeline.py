@@ -254,3 +254,10 @@ class _Builder:
             self.consumer_members.pop(row["member_id"], None)
         elif kind == 7 and row["member_id"] is not None:
             self.targets.pop(row["member_id"], None)
+
+
+def all_timelines(events: Mapping[str, Iterable[Row]]) -> list[Timeline]:
+    """The timeline of every group with membership records, by group id."""
+    groups = {r["group_id"] for table in ("group_generations", "assignment_epochs")
+              for r in events.get(table, ())}
+    return [build_timeline(g, events) for g in sorted(groups)]
