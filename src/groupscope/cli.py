@@ -25,9 +25,13 @@ class CliError(Exception):
         self.code = code
 
 
-def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime) -> Any:
+def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime,
+                  sample_records: bool = True) -> Any:
+    """A snapshot; ``sample_records`` also reads the record at each lagging committed offset
+    (bounded: see groupscope.sampling) for the exact time lag."""
     from groupscope.collector import ClusterUnavailable, Collector, CollectorSettings
     from groupscope.kafka_admin import AdminConnection
+    from groupscope.sampling import RecordSampler
 
     try:
         connection = AdminConnection(cluster, timeout_s)
@@ -36,7 +40,9 @@ def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetim
             from None
     collector = Collector(connection.admin, cluster.name,
                           CollectorSettings(request_timeout_s=timeout_s),
-                          diagnose=connection.diagnosis)
+                          diagnose=connection.diagnosis,
+                          sampler=RecordSampler(cluster.client, timeout_s=timeout_s)
+                          if sample_records else None)
     try:
         return collector.snapshot(snapshot_ts)
     except ClusterUnavailable as exc:

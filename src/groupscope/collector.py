@@ -37,12 +37,14 @@ from groupscope.model import (
     GroupType,
     Member,
     PartitionOffsets,
+    RecordTimestamp,
     Snapshot,
     Stage,
     TopicInfo,
     TopicPartition,
 )
 from groupscope.protocol import ProtocolDecodeError, decode_subscription
+from groupscope.sampling import SampleRequest
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +182,10 @@ class Collector:
     # Explains a cluster-level failure (librdkafka tells the reason only in its log).
     diagnose: Callable[[], str | None] = lambda: None
     requests: Counter[str] = field(default_factory=Counter)  # admin calls made, by API
+    # Reads the record at lagging committed offsets (exact time lag); None: not sampled.
+    sampler: Callable[[Sequence[SampleRequest]], tuple[list[RecordTimestamp],
+                                                       list[tuple[SampleRequest, str]]]] \
+        | None = None
 
     def snapshot(self, snapshot_ts: datetime) -> Snapshot:
         if snapshot_ts.tzinfo is None:
@@ -214,6 +220,7 @@ class Collector:
         # member owns or commits yet.
         subscribed = {t for g in groups for m in g.members for t in m.subscription or ()}
         used_topics = sorted(({tp.topic for tp in touched} | subscribed) & set(metadata.topics))
+        record_timestamps = self._record_timestamps(groups, partitions, errors)
         return Snapshot(
             cluster=self.cluster,
             snapshot_ts=snapshot_ts,
@@ -222,7 +229,39 @@ class Collector:
             topics=tuple(metadata.topics[t] for t in used_topics),
             errors=tuple(errors),
             offsets_topic_partitions=len(metadata.offsets_leaders) or None,
+            record_timestamps=tuple(record_timestamps),
         )
+
+    def _record_timestamps(self, groups: Sequence[Group],
+                           partitions: Sequence[PartitionOffsets],
+                           errors: list[CollectionError]) -> list[RecordTimestamp]:
+        if self.sampler is None:
+            return []
+        logs = {TopicPartition(p.topic, p.partition): p for p in partitions}
+        requests = []
+        for g in groups:
+            for o in g.offsets:
+                log = logs.get(TopicPartition(o.topic, o.partition))
+                if (o.offset is None or log is None or log.high_watermark is None
+                        or log.log_start is None):
+                    continue
+                if log.log_start <= o.offset < log.high_watermark:
+                    requests.append(SampleRequest(TopicPartition(o.topic, o.partition),
+                                                  o.offset, log.high_watermark - o.offset))
+        if not requests:
+            return []
+        self.requests["Fetch(record timestamp)"] += 1
+        try:
+            found, missing = self.sampler(requests)
+        except Exception as exc:  # sampling is an extra: its failure is recorded, not fatal
+            failure = failure_of(exc)
+            errors.append(_error(Stage.RECORD_TIMESTAMPS, failure))
+            return []
+        for request, reason in missing:
+            errors.append(CollectionError(
+                Stage.RECORD_TIMESTAMPS, "NO_RECORD", reason, topic=request.tp.topic,
+                partition=request.tp.partition, retriable=True))
+        return found
 
     def _unavailable(self, failure: _Failure) -> ClusterUnavailable:
         return ClusterUnavailable(_unavailable_message(self.cluster, failure, self.diagnose()))

@@ -37,7 +37,9 @@ class LandedSnapshot:
         )
 
     def read(self) -> dict[str, pa.Table]:
-        return {t: pq.read_table(self.path(t), schema=SCHEMAS[t]) for t in SCHEMAS}
+        # A table added to the landing zone later is empty in snapshots landed before it.
+        return {t: pq.read_table(self.path(t), schema=SCHEMAS[t]) if self.path(t).exists()
+                else SCHEMAS[t].empty_table() for t in SCHEMAS}
 
 
 def partition_dir(root: Path, table: str, cluster: str, ts: datetime) -> Path:

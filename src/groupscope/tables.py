@@ -4,6 +4,7 @@ natural key of each is listed in ``KEYS`` and enforced by the warehouse's primar
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -77,6 +78,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("topic", pa.string(), False),
         ("partition_count", pa.int32(), False),
     ),
+    "record_timestamps": _schema(
+        ("topic", pa.string(), False),
+        ("partition", pa.int32(), False),
+        ("offset", pa.int64(), False),
+        ("record_offset", pa.int64(), False),
+        ("record_ts", _TS, False),
+        ("timestamp_type", pa.string(), False),
+    ),
     "collection_errors": _schema(
         ("seq", pa.int32(), False),
         ("stage", pa.string(), False),
@@ -101,6 +110,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "committed_offsets": ("cluster", "snapshot_ts", "group_id", "topic", "partition"),
     "partition_offsets": ("cluster", "snapshot_ts", "topic", "partition"),
     "topics": ("cluster", "snapshot_ts", "topic"),
+    "record_timestamps": ("cluster", "snapshot_ts", "topic", "partition", "offset"),
     "collection_errors": ("cluster", "snapshot_ts", "seq"),
 }
 
@@ -176,6 +186,13 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
     )
     rows["topics"].extend(
         {**head, "topic": t.topic, "partition_count": t.partition_count} for t in snapshot.topics
+    )
+    rows["record_timestamps"].extend(
+        {**head, "topic": r.topic, "partition": r.partition, "offset": r.offset,
+         "record_offset": r.record_offset,
+         "record_ts": datetime.fromtimestamp(r.timestamp_ms / 1000, UTC),
+         "timestamp_type": r.timestamp_type}
+        for r in snapshot.record_timestamps
     )
     rows["collection_errors"].extend(
         {**head, "seq": seq, **e.as_record()} for seq, e in enumerate(snapshot.errors)
