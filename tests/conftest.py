@@ -83,6 +83,16 @@ def warehouse_engine(postgres: LocalPostgres):  # type: ignore[no-untyped-def]
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """Spark in local mode, one session for the whole run (it takes seconds to start)."""
+    from groupscope.analytics.io import session
+
+    spark = session("groupscope-tests", master="local[2]")
+    yield spark
+    spark.stop()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Integration tests follow the fast unit tests, so a broken invariant shows first.
     items.sort(key=lambda item: "integration" in str(item.fspath))

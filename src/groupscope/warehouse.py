@@ -138,13 +138,24 @@ def replace_snapshot_rows(engine: Engine, schema: str, tables: list[tuple[str, p
                           cluster: str, snapshot_ts: Any) -> None:
     """In one transaction, deletes every row of (cluster, snapshot_ts) from each table and
     copies the new ones in: a rerun or a backfill leaves exactly the same rows."""
-    key = {"cluster": cluster, "ts": snapshot_ts}
+    _replace(engine, schema, tables, "snapshot_ts = :start",
+             {"cluster": cluster, "start": snapshot_ts})
+
+
+def replace_interval_rows(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]],
+                          cluster: str, ts_column: str, start: Any, end: Any) -> None:
+    """Like replace_snapshot_rows, for every row with ``ts_column`` in [start, end)."""
+    _replace(engine, schema, tables, f"{ts_column} >= :start AND {ts_column} < :end",
+             {"cluster": cluster, "start": start, "end": end})
+
+
+def _replace(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]], where: str,
+             params: dict[str, Any]) -> None:
     with _connect(engine) as conn, conn.begin():
         for name, table in tables:
             conn.execute(
-                text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster"
-                     " AND snapshot_ts = :ts"),
-                key,
+                text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"),
+                params,
             )
             _copy(conn, f"{schema}.{name}", table)
 

@@ -1,0 +1,104 @@
+"""The edges of the Spark jobs: a session, the landed tables of a time range, and writing a
+mart interval to the warehouse. Everything between is pure DataFrame -> DataFrame."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from groupscope.tables import SCHEMAS
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One data interval [start, end): a job computes and replaces exactly its rows."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("interval bounds must be timezone-aware (UTC)")
+        if self.end <= self.start:
+            raise ValueError(f"empty interval {self.start} .. {self.end}")
+
+    def hours(self) -> list[Interval]:
+        """The interval cut into whole hours (a backfill runs these one by one or at once)."""
+        out, cursor = [], self.start
+        while cursor < self.end:
+            nxt = min(cursor.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1),
+                      self.end)
+            out.append(Interval(cursor, nxt))
+            cursor = nxt
+        return out
+
+
+def session(app: str, master: str | None = None, cores: int = 2) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    return (
+        builder.config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(max(4, cores * 2)))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+
+
+def hour_dirs(root: Path, table: str, cluster: str, start: datetime, end: datetime) -> list[str]:
+    """The landing folders (one per hour) that can hold snapshots in [start, end)."""
+    out, cursor = [], start.replace(minute=0, second=0, microsecond=0)
+    while cursor < end:
+        path = (root / "snapshots" / table / f"cluster={cluster}" / f"date={cursor:%Y-%m-%d}"
+                / f"hour={cursor:%H}")
+        if path.exists() and any(path.glob("*.parquet")):
+            out.append(str(path))
+        cursor += timedelta(hours=1)
+    return out
+
+
+def read_snapshot_table(spark: Any, root: Path, table: str, cluster: str, start: datetime,
+                        end: datetime) -> Any:
+    """One landed snapshot table, rows with snapshot_ts in [start, end), only of snapshots
+    whose manifest is landed (a snapshot half-written by a crash is not read)."""
+    from pyspark.sql import functions as F
+
+    schema = _spark_schema(table)
+    paths = hour_dirs(root, table, cluster, start, end)
+    if not paths:
+        return spark.createDataFrame([], schema)
+    frame = spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
+    frame = frame.where((F.col("snapshot_ts") >= F.lit(start)) & (F.col("snapshot_ts") < F.lit(end)))
+    if table != "snapshots":
+        manifests = read_snapshot_table(spark, root, "snapshots", cluster, start, end)
+        frame = frame.join(manifests.select("cluster", "snapshot_ts"),
+                           ["cluster", "snapshot_ts"], "left_semi")
+    return frame
+
+
+def _spark_schema(table: str) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(SCHEMAS[table])
+
+
+def write_interval(engine: Any, frames: Iterable[tuple[str, Any]], cluster: str, ts_column: str,
+                   interval: Interval) -> dict[str, int]:
+    """Replaces the rows of ``cluster`` with ``ts_column`` in the interval, in every mart table,
+    in one transaction: a rerun or a backfill leaves exactly the same rows.
+
+    Not Spark's JDBC writer: it cannot delete an interval and insert its replacement
+    atomically. The marts of one interval are small (aggregates, or one hour of partition rows),
+    so they are collected as Arrow and copied in with COPY on the driver."""
+    from groupscope import warehouse
+
+    tables = [(name, frame.toArrow()) for name, frame in frames]
+    warehouse.replace_interval_rows(engine, "mart", tables, cluster, ts_column, interval.start,
+                                    interval.end)
+    return {name: table.num_rows for name, table in tables}
