@@ -28,7 +28,8 @@ def frame(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> Any:
     return spark.createDataFrame([tuple(r.values()) for r in full], schema)
 
 
-def committed(ts: float, offset: int | None, group: str = "g", partition: int = 0) -> dict[str, Any]:
+def committed(ts: float, offset: int | None, group: str = "g",
+              partition: int = 0) -> dict[str, Any]:
     return {"cluster": "c", "snapshot_ts": at(ts), "group_id": group, "topic": "t",
             "partition": partition, "committed_offset": offset}
 

@@ -74,7 +74,8 @@ def read_snapshot_table(spark: Any, root: Path, table: str, cluster: str, start:
     if not paths:
         return spark.createDataFrame([], schema)
     frame = spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
-    frame = frame.where((F.col("snapshot_ts") >= F.lit(start)) & (F.col("snapshot_ts") < F.lit(end)))
+    ts = F.col("snapshot_ts")
+    frame = frame.where((ts >= F.lit(start)) & (ts < F.lit(end)))
     if table != "snapshots":
         manifests = read_snapshot_table(spark, root, "snapshots", cluster, start, end)
         frame = frame.join(manifests.select("cluster", "snapshot_ts"),
