@@ -1,0 +1,149 @@
+"""Consumer status per partition and per group: OK / WARN / STALL / STOP / REWIND (partition)
+and OK / WARN / ERR (group), from Burrow's rules, evaluated at every snapshot over a window of
+the last ``window`` observations of the partition (pure DataFrame functions).
+
+The rules, first match wins (``RULES``; tests/unit/test_analytics_status.py has a numbered table
+of cases, each with its reason):
+
+1. ``rewind``   REWIND  the committed offset moved back inside the window.
+2. ``no_lag``   OK      lag <= ``lag_tolerance`` (1): a consumer at the end of its log is fine,
+                        however long ago it committed. Fixes Burrow's false alarms on idle
+                        topics and on the permanent lag of 1 a transaction marker leaves.
+3. ``too_little_history`` OK  fewer than 2 observations: no trend can be judged yet (Burrow
+                        alarms on a single commit).
+4. ``stopped``  STOP    behind, the committed offset has not moved for the stop threshold, and
+                        the group has no members: nobody is consuming.
+5. ``stalled``  STALL   the same, with members present: they are there but not progressing.
+6. ``falling_behind`` WARN  committing, but the lag grew at every observation of a full window.
+7. ``consuming`` OK     otherwise.
+
+The stop threshold is ``max(stop_after_s, burst_factor x the longest earlier pause between two
+advances of the committed offset)``: a consumer that commits in bursts (manual commits, batch
+jobs) is judged against its own rhythm, not flagged in every pause (Burrow's burst false
+alarm). Group status: ERR if any partition is STOP or STALL, WARN if any is WARN or REWIND,
+else OK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+KEYS = ["cluster", "group_id", "topic", "partition"]
+
+
+@dataclass(frozen=True)
+class StatusSettings:
+    window: int = 10
+    lag_tolerance: int = 1
+    stop_after_s: float = 300.0
+    burst_factor: float = 2.0
+    min_trend_points: int = 3
+
+
+RULES: tuple[tuple[str, str], ...] = (
+    ("rewind", "REWIND"),
+    ("no_lag", "OK"),
+    ("too_little_history", "OK"),
+    ("stopped", "STOP"),
+    ("stalled", "STALL"),
+    ("falling_behind", "WARN"),
+    ("consuming", "OK"),
+)
+
+
+def _t(column: str) -> Column:
+    return F.unix_micros(F.col(column)) / F.lit(1_000_000.0)
+
+
+def partition_status(lag: DataFrame, groups: DataFrame,
+                     settings: StatusSettings = StatusSettings()) -> DataFrame:
+    """``lag``: partition lag rows (cluster, snapshot_ts, group_id, topic, partition,
+    committed_offset, high_watermark, lag); ``groups``: consumer_groups rows (member_count).
+    One status per partition row with a committed offset."""
+    history = Window.partitionBy(*KEYS).orderBy("snapshot_ts")
+    upto = history.rowsBetween(Window.unboundedPreceding, 0)
+    before = history.rowsBetween(Window.unboundedPreceding, -1)
+    window = history.rowsBetween(-(settings.window - 1), 0)
+
+    frame = (lag.where(F.col("committed_offset").isNotNull())
+             .join(groups.select("cluster", "snapshot_ts", "group_id", "member_count"),
+                   ["cluster", "snapshot_ts", "group_id"], "left")
+             .withColumn("_t", _t("snapshot_ts"))
+             .withColumn("_d_committed",
+                         F.col("committed_offset") - F.lag("committed_offset").over(history))
+             .withColumn("_d_lag", F.col("lag") - F.lag("lag").over(history)))
+    advanced = F.col("_d_committed").isNull() | (F.col("_d_committed") != 0)
+    frame = (frame.withColumn("_advance_t", F.when(advanced, F.col("_t")))
+             .withColumn("_last_advance", F.last("_advance_t", ignorenulls=True).over(upto))
+             .withColumn("_previous_advance",
+                         F.last("_advance_t", ignorenulls=True).over(before))
+             .withColumn("_pause", F.when(advanced, F.col("_t") - F.col("_previous_advance")))
+             .withColumn("_longest_pause", F.max("_pause").over(before))
+             .withColumn("_n", F.count("*").over(window))
+             .withColumn("_rewound", F.min("_d_committed").over(window) < 0)
+             .withColumn("_lag_first", F.first("lag").over(window))
+             .withColumn("_committed_first", F.first("committed_offset").over(window))
+             .withColumn("_lag_never_fell", F.min("_d_lag").over(window) >= 0))
+
+    since_advance = F.col("_t") - F.col("_last_advance")
+    threshold = F.greatest(F.lit(settings.stop_after_s),
+                           F.coalesce(F.col("_longest_pause"), F.lit(0.0))
+                           * F.lit(settings.burst_factor))
+    behind = F.col("lag") > settings.lag_tolerance
+    not_moving = since_advance >= threshold
+    members = F.coalesce(F.col("member_count"), F.lit(0))
+    conditions: dict[str, Column] = {
+        "rewind": F.coalesce(F.col("_rewound"), F.lit(False)),
+        "no_lag": ~F.coalesce(behind, F.lit(True)),
+        "too_little_history": F.col("_n") < 2,
+        "stopped": behind & not_moving & (members == 0),
+        "stalled": behind & not_moving & (members > 0),
+        "falling_behind": behind & (F.col("_n") >= settings.min_trend_points)
+        & (F.col("committed_offset") > F.col("_committed_first"))
+        & F.coalesce(F.col("_lag_never_fell"), F.lit(False))
+        & (F.col("lag") > F.col("_lag_first")),
+        "consuming": F.lit(True),
+    }
+    rule: Column = F.lit("consuming")
+    for name, _ in reversed(RULES):
+        rule = F.when(conditions[name], F.lit(name)).otherwise(rule)
+    status_of = F.create_map(*[F.lit(x) for pair in RULES for x in pair])
+    reason = (
+        F.when(F.col("_rule") == "rewind", F.format_string(
+            "committed offset moved back in the last %d observations", F.col("_n")))
+        .when(F.col("_rule") == "no_lag", F.format_string("lag %d", F.col("lag")))
+        .when(F.col("_rule") == "too_little_history", F.lit("first observation"))
+        .when(F.col("_rule").isin("stopped", "stalled"), F.format_string(
+            "lag %d, committed offset unchanged for %.0f s (threshold %.0f s), %d member(s)",
+            F.col("lag"), since_advance, threshold, members))
+        .when(F.col("_rule") == "falling_behind", F.format_string(
+            "lag grew from %d to %d over %d observations while committing",
+            F.col("_lag_first"), F.col("lag"), F.col("_n")))
+        .otherwise(F.format_string("lag %d, committing", F.col("lag"))))
+    return (frame.withColumn("_rule", rule)
+            .select("cluster", "snapshot_ts", "group_id", "topic", "partition",
+                    status_of[F.col("_rule")].alias("status"), F.col("_rule").alias("rule"),
+                    "lag", reason.alias("reason")))
+
+
+def group_status(partitions: DataFrame) -> DataFrame:
+    """The roll-up per group and snapshot, with the count of partitions in each status."""
+    severity = (F.when(F.col("status").isin("STOP", "STALL"), 2)
+                .when(F.col("status").isin("WARN", "REWIND"), 1).otherwise(0))
+    counts = [F.sum((F.col("status") == s).cast("int")).cast("int")
+              .alias(f"{s.lower()}_partitions") for s in ("OK", "WARN", "STALL", "STOP", "REWIND")]
+    worst = F.max_by(F.struct("topic", "partition", "status", "reason"),
+                     F.struct(severity, F.col("lag")))
+    return (partitions.groupBy("cluster", "snapshot_ts", "group_id")
+            .agg(F.max(severity).alias("_severity"), *counts, worst.alias("_worst"))
+            .select("cluster", "snapshot_ts", "group_id",
+                    F.when(F.col("_severity") == 2, "ERR").when(F.col("_severity") == 1, "WARN")
+                    .otherwise("OK").alias("status"),
+                    "ok_partitions", "warn_partitions", "stall_partitions", "stop_partitions",
+                    "rewind_partitions",
+                    F.col("_worst")["topic"].alias("worst_topic"),
+                    F.col("_worst")["partition"].alias("worst_partition"),
+                    F.col("_worst")["reason"].alias("worst_reason")))
