@@ -145,6 +145,20 @@ def test_group_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
     assert all(e.group_id == doomed for e in snapshot.errors)
 
 
+def _answers(client: object, topic: str) -> bool:
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    futures = client.list_offsets(  # type: ignore[attr-defined]
+        {KafkaTopicPartition(topic, 0): OffsetSpec.latest()}, request_timeout=5)
+    try:
+        for f in futures.values():
+            f.result()
+    except Exception:
+        return False
+    return True
+
+
 def test_topic_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
     doomed, kept = unique("doomed-topic"), unique("kept-topic")
     for t in (doomed, kept):
@@ -169,6 +183,9 @@ def test_topic_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
                     f.result()
                 wait_until(lambda: doomed not in real.list_topics(timeout=5).topics, 30,
                            "the topic deletion")
+                # The broker may still answer for the partition for a moment after its
+                # metadata is gone: wait until it no longer does (else the race is lost).
+                wait_until(lambda: not _answers(real, doomed), 30, "the partition to go")
                 self.deleted = True
             return real.list_offsets(*args, **kw)
 

@@ -1,0 +1,171 @@
+"""Rebalance metrics per group and hour (the daily figures are a view over the hours).
+
+- **Exact** counts come from the offsets-topic timeline (``groupscope.offsets.timeline``):
+  every completed generation of a classic group, every assignment epoch of a consumer-protocol
+  group, with who joined and left and the partitions moved.
+- **Estimated** counts, for groups without that history (offsets-topic ingest not running, or
+  a group whose records are not there), come from snapshots: each change of the member set
+  between two consecutive snapshots is counted as one rebalance (several rebalances between
+  two snapshots count once: hence "estimated"), with joined and left from the set difference.
+- **Cause**: ``joined`` (members only joined), ``left``, ``both``, ``none`` (no membership
+  change: a subscription or partition-count change, or the second half of a cooperative
+  rebalance).
+- **Kinds**: eager (stop-the-world), cooperative (incremental), consumer (KIP-848).
+- **Time in each group state** from the snapshots: each snapshot's state holds until the next
+  snapshot, at most ``max_gap_s`` (a gap in collection is not time in a state), attributed to
+  the hour of the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from groupscope.offsets.timeline import Timeline
+
+EVENT_SCHEMA = StructType([
+    StructField("cluster", StringType(), False),
+    StructField("event_ts", TimestampType(), False),
+    StructField("group_id", StringType(), False),
+    StructField("generation", IntegerType(), True),
+    StructField("source", StringType(), False),  # offsets_topic | snapshots
+    StructField("estimated", BooleanType(), False),
+    StructField("protocol", StringType(), True),
+    StructField("rebalance_type", StringType(), True),
+    StructField("members", IntegerType(), False),
+    StructField("joined", IntegerType(), False),
+    StructField("left", IntegerType(), False),
+    StructField("cause", StringType(), False),
+    StructField("partitions_moved", IntegerType(), True),
+])
+REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling")
+
+
+def cause(joined: int, left: int) -> str:
+    if joined and left:
+        return "both"
+    return "joined" if joined else "left" if left else "none"
+
+
+def exact_events(cluster: str, timelines: Iterable[Timeline], start: datetime,
+                 end: datetime) -> list[tuple[Any, ...]]:
+    """Rows of EVENT_SCHEMA for the generations in [start, end)."""
+    rows = []
+    for t in timelines:
+        for g in t.generations:
+            if start <= g.timestamp < end:
+                rows.append((cluster, g.timestamp, t.group_id, g.generation, "offsets_topic",
+                             False, g.protocol, g.rebalance_type, len(g.members),
+                             len(g.joined), len(g.left), cause(len(g.joined), len(g.left)),
+                             g.partitions_moved))
+    return rows
+
+
+def estimated_events(members: DataFrame, groups: DataFrame) -> DataFrame:
+    """Membership changes between consecutive snapshots, as EVENT_SCHEMA rows. ``members``:
+    group_members rows; ``groups``: consumer_groups rows (a described group with no members
+    has an empty member set)."""
+    identity = F.coalesce(F.col("instance_id"), F.col("member_id"))
+    sets = (groups.where(F.col("described"))
+            .select("cluster", "snapshot_ts", "group_id", "assignor", "group_type")
+            .join(members.groupBy("cluster", "snapshot_ts", "group_id")
+                  .agg(F.collect_set(identity).alias("_members")),
+                  ["cluster", "snapshot_ts", "group_id"], "left")
+            .withColumn("_members", F.coalesce(F.col("_members"), F.array().cast("array<string>"))))
+    order = Window.partitionBy("cluster", "group_id").orderBy("snapshot_ts")
+    prev = F.lag("_members").over(order)
+    changed = (sets.withColumn("_prev", prev).where(F.col("_prev").isNotNull())
+               .withColumn("joined", F.size(F.array_except("_members", "_prev")))
+               .withColumn("left", F.size(F.array_except("_prev", "_members")))
+               .where((F.col("joined") > 0) | (F.col("left") > 0)))
+    kind = (F.when(F.col("group_type") == "consumer", "consumer")
+            .when(F.col("assignor") == "cooperative-sticky", "cooperative")
+            .when(F.col("assignor").isNotNull(), "eager"))
+    return changed.select(
+        "cluster", F.col("snapshot_ts").alias("event_ts"), "group_id",
+        F.lit(None).cast("int").alias("generation"), F.lit("snapshots").alias("source"),
+        F.lit(True).alias("estimated"), F.col("assignor").alias("protocol"),
+        kind.alias("rebalance_type"), F.size("_members").cast("int").alias("members"),
+        F.col("joined").cast("int"), F.col("left").cast("int"),
+        F.when((F.col("joined") > 0) & (F.col("left") > 0), "both")
+        .when(F.col("joined") > 0, "joined").otherwise("left").alias("cause"),
+        F.lit(None).cast("int").alias("partitions_moved"))
+
+
+def known_groups(spark: SparkSession, exact_groups: Iterable[tuple[str, str]]) -> DataFrame:
+    """(cluster, group_id) of the groups with offsets-topic history."""
+    return spark.createDataFrame(sorted(set(exact_groups)), "cluster string, group_id string")
+
+
+def rebalance_events(spark: SparkSession, exact: list[tuple[Any, ...]],
+                     estimated: DataFrame, known: DataFrame) -> DataFrame:
+    """Exact events, plus the estimated ones of groups with no offsets-topic history."""
+    exact_frame = spark.createDataFrame(exact, EVENT_SCHEMA)
+    fallback = estimated.join(known, ["cluster", "group_id"], "left_anti")
+    return exact_frame.unionByName(fallback)
+
+
+def state_durations(groups: DataFrame, max_gap_s: float = 180.0,
+                    start: datetime | None = None, end: datetime | None = None) -> DataFrame:
+    """Seconds in each state class per group and hour, from consecutive snapshots. Only
+    snapshots in [start, end) count; ``groups`` may reach past ``end`` (the next snapshot
+    closes the last one's duration)."""
+    order = Window.partitionBy("cluster", "group_id").orderBy("snapshot_ts")
+    t = F.unix_micros("snapshot_ts") / 1_000_000.0
+    held = F.least(F.lead(t).over(order) - t, F.lit(max_gap_s))
+    frame = groups.withColumn("_held", held).where(F.col("_held").isNotNull())
+    if start is not None:
+        frame = frame.where(F.col("snapshot_ts") >= F.lit(start))
+    if end is not None:
+        frame = frame.where(F.col("snapshot_ts") < F.lit(end))
+    state = F.col("state")
+
+    def total(condition: Any) -> Any:
+        return F.coalesce(F.sum(F.when(condition, F.col("_held"))), F.lit(0.0))
+
+    return frame.groupBy("cluster", "group_id",
+                         F.date_trunc("hour", "snapshot_ts").alias("period_start")).agg(
+        total(state == "Stable").alias("stable_s"),
+        total(state.isin(*REBALANCING_STATES)).alias("rebalancing_s"),
+        total(state == "Empty").alias("empty_s"),
+        total(~state.isin("Stable", "Empty", *REBALANCING_STATES)).alias("other_s"))
+
+
+def hourly(events: DataFrame, durations: DataFrame, known: DataFrame) -> DataFrame:
+    """mart.rebalance_hourly rows: counts by cause and kind, movement, time in states. A
+    group's counts are exact when it has offsets-topic history, else estimated (a zero too)."""
+    counts = events.groupBy("cluster", "group_id",
+                            F.date_trunc("hour", "event_ts").alias("period_start")).agg(
+        F.count("*").cast("int").alias("rebalances"),
+        *[F.sum((F.col("cause") == c).cast("int")).cast("int").alias(name)
+          for c, name in (("joined", "joined_only"), ("left", "left_only"),
+                          ("both", "joined_and_left"), ("none", "no_membership_change"))],
+        F.sum("partitions_moved").cast("long").alias("partitions_moved"),
+        *[F.sum((F.col("rebalance_type") == k).cast("int")).cast("int").alias(k)
+          for k in ("eager", "cooperative")],
+        F.sum((F.col("rebalance_type") == "consumer").cast("int")).cast("int")
+        .alias("consumer_protocol"))
+    joined = counts.join(durations, ["cluster", "group_id", "period_start"], "full_outer")
+    counted = ("rebalances", "joined_only", "left_only", "joined_and_left",
+               "no_membership_change", "eager", "cooperative", "consumer_protocol")
+    zero: dict[str, bool | float | int | str] = dict.fromkeys(counted, 0)
+    flagged = joined.join(known.withColumn("_exact", F.lit(True)), ["cluster", "group_id"],
+                          "left")
+    exact = F.coalesce(F.col("_exact"), F.lit(False))
+    return (flagged.fillna(zero)
+            .fillna({"stable_s": 0.0, "rebalancing_s": 0.0, "empty_s": 0.0, "other_s": 0.0})
+            .withColumn("source", F.when(exact, "offsets_topic").otherwise("snapshots"))
+            .withColumn("estimated", ~exact)
+            .drop("_exact"))
