@@ -32,6 +32,13 @@ def minutes(*points: tuple[int, int, int]) -> list[Obs]:
     return [(60 * i, c, hw, m) for i, (c, hw, m) in enumerate(points)]
 
 
+def bursts(until_minute: int) -> list[Obs]:
+    """A batch consumer: observed every minute, it advances its offset every 20 minutes (at
+    minutes 1, 21 and 41), the log growing steadily."""
+    return [(60 * m, 300 * ((m + 19) // 20) if m <= 41 else 900, 900 + 10 * m, 0)
+            for m in range(until_minute + 1)]
+
+
 CASES: list[tuple[int, str, list[Obs], str, str]] = [
     (1, "committing and keeping up: nothing to say",
      minutes(*[(100 * i, 100 * i + 5, 1) for i in range(10)]), "OK", "consuming"),
@@ -50,12 +57,9 @@ CASES: list[tuple[int, str, list[Obs], str, str]] = [
     (8, "the committed offset moved back (a reset to earliest)",
      minutes((900, 1000, 1), (950, 1000, 1), (10, 1000, 1)), "REWIND", "rewind"),
     (9, "bursts: commits every 20 minutes, now 25 minutes into a pause; its own rhythm says "
-        "wait (threshold 2 x 20 min)",
-     [(0, 0, 900, 0), (1200, 300, 1000, 0), (2400, 600, 1100, 0), (3900, 600, 1200, 0)],
-     "OK", "consuming"),
+        "wait (threshold 2 x 20 min)", bursts(65), "OK", "consuming"),
     (10, "bursts, but now silent for 50 minutes: beyond twice its longest pause",
-     [(0, 0, 900, 0), (1200, 300, 1000, 0), (2400, 600, 1100, 0), (5400, 600, 1300, 0)],
-     "STOP", "stopped"),
+     bursts(90), "STOP", "stopped"),
     (11, "frozen for only 4 minutes (below the 5 minute floor): not yet STOP",
      minutes(*[(100, 200 + 10 * i, 0) for i in range(5)]), "OK", "consuming"),
     (12, "lag grew but the offset also fell back first: REWIND is the news",

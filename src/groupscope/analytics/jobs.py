@@ -57,6 +57,8 @@ def _table(spark: Any, job: JobArgs, table: str, start: datetime, end: datetime)
     return read_snapshot_table(spark, job.landing, table, job.cluster, start, end)
 
 
+READ_MARGIN = timedelta(minutes=10)
+
 PARTITION_LAG_COLUMNS = [
     "cluster", "snapshot_ts", "group_id", "topic", "partition", "member_id", "committed_offset",
     "log_start_offset", "high_watermark", "last_stable_offset", "lag", "lag_beyond_retention",
@@ -68,15 +70,21 @@ PARTITION_LAG_COLUMNS = [
 def lag_frames(spark: Any, job: JobArgs) -> list[tuple[str, Any]]:
     """mart.partition_lag, its roll-ups, mart.partition_status and mart.group_status."""
     from groupscope.analytics.lag import lag_mart, rollups, within
-    from groupscope.analytics.status import group_status, partition_status
+    from groupscope.analytics.status import StatusSettings, group_status, partition_status
 
-    start, end = job.interval.start - job.lookback, job.interval.end
+    # Each snapshot looks back ``lookback`` (time-lag history, pauses); the margin gives the
+    # oldest of those rows their predecessor, so an interval's rows are the same whichever
+    # interval computed them (reruns and backfills are identical).
+    history_s = job.lookback.total_seconds()
+    start, end = job.interval.start - job.lookback - READ_MARGIN, job.interval.end
     lag = lag_mart(_table(spark, job, "committed_offsets", start, end),
                    _table(spark, job, "partition_offsets", start, end),
                    _table(spark, job, "member_assignments", start, end),
-                   _table(spark, job, "record_timestamps", start, end)).cache()
+                   _table(spark, job, "record_timestamps", start, end),
+                   history_s=history_s).cache()
     in_interval = within(lag, job.interval.start, job.interval.end)
-    statuses = within(partition_status(lag, _table(spark, job, "consumer_groups", start, end)),
+    statuses = within(partition_status(lag, _table(spark, job, "consumer_groups", start, end),
+                                       StatusSettings(history_s=history_s)),
                       job.interval.start, job.interval.end).cache()
     frames = [("partition_lag", in_interval.select(*PARTITION_LAG_COLUMNS))]
     frames += list(rollups(in_interval).items())

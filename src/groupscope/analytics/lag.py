@@ -18,7 +18,9 @@ partition's (high watermark, time) history in the same segment gives that moment
 
 - ``interpolated``: between the last point with hw < v and the first with hw >= v, linearly.
 - ``extrapolated``: v is below every point in the history window (the record is older than the
-  window): back from the window's first point at the window's average production rate.
+  window): back from the window's first point at the window's average production rate up to
+  the snapshot. The window is the ``history_s`` seconds up to each snapshot (no later point is
+  used), so a snapshot's answer does not depend on the interval a job computed it in.
 - ``at_least``: as above but the history is flat (no production in the window), so no rate:
   the time since the window's first point, a lower bound.
 - ``caught_up``: lag <= 0, time lag 0. ``unknown``: no lag (no commit or no high watermark).
@@ -93,62 +95,79 @@ def with_rates(lag: DataFrame, rate_window_s: int = 300) -> DataFrame:
     return frame.withColumn("catch_up_s", catch_up).drop("_t", "segment")
 
 
-def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame) -> DataFrame:
-    """Adds time_lag_estimated_s and time_lag_kind (see the module doc).
-    ``partition_offsets`` is the high-watermark history: it should reach back further than the
-    interval (the job's lookback), or old records come out ``extrapolated``."""
+def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
+                       history_s: float = 3600.0) -> DataFrame:
+    """Adds time_lag_estimated_s and time_lag_kind (see the module doc). Each snapshot uses
+    the partition's high-watermark history of the ``history_s`` seconds up to it, no more and
+    nothing later: the answer for a snapshot does not depend on which interval computed it.
+    ``partition_offsets`` must reach ``history_s`` back before the first snapshot of interest."""
     history = with_segments(
         partition_offsets.select(*LOG_PARTITION, "snapshot_ts", "high_watermark")
         .where(F.col("high_watermark").isNotNull()), LOG_PARTITION)
     history = history.withColumn("_t", _seconds("snapshot_ts"))
     segment_keys = [*LOG_PARTITION, "segment"]
-    span = history.groupBy(*segment_keys).agg(
-        F.min_by("high_watermark", "_t").alias("_first_hw"), F.min("_t").alias("_first_t"),
-        F.max_by("high_watermark", "_t").alias("_last_hw"), F.max("_t").alias("_last_t"))
 
-    queries = (lag.withColumn("_qid", F.monotonically_increasing_id())
+    # A deterministic query key (with the log partition): monotonically_increasing_id would be
+    # recomputed differently by each branch of the plan that reads it.
+    qid = F.concat_ws("|", F.col("group_id"), F.unix_micros("snapshot_ts").cast("string"))
+    queries = (lag.withColumn("_qid", qid)
                .join(history.select(*LOG_PARTITION, "snapshot_ts", "segment"),
                      [*LOG_PARTITION, "snapshot_ts"], "left"))
     needs = queries.where((F.col("lag") > 0) & F.col("segment").isNotNull())
+    point = F.struct(F.col("high_watermark").alias("hw"), F.col("_t").alias("t"))
     points = history.select(*segment_keys, F.col("high_watermark").alias("_value"),
                             F.col("_t"), F.lit(1).alias("_kind"),
-                            F.lit(None).cast("long").alias("_qid"))
+                            F.lit(None).cast("string").alias("_qid"), point.alias("_point"))
+    no_point = F.lit(None).cast(points.schema["_point"].dataType)
+
+    # 1. The points around v = c + 1. In value order, at equal values asks before points: the
+    # points before an ask have hw < v, the ones after it hw >= v (the first is the earliest).
     asks = needs.select(*segment_keys, (F.col("committed_offset") + 1).alias("_value"),
                         _seconds("snapshot_ts").alias("_t"), F.lit(0).alias("_kind"),
-                        F.col("_qid"))
-    # In value order, at equal values asks before points: the points before an ask are those
-    # with hw < v, the ones after it those with hw >= v (the first of which is the earliest).
-    order = Window.partitionBy(*segment_keys).orderBy("_value", "_kind", "_t")
-    point = F.when(F.col("_kind") == 1, F.struct(F.col("_value").alias("hw"),
-                                                   F.col("_t").alias("t")))
-    found = (points.unionByName(asks)
-             .withColumn("_before", F.last(point, ignorenulls=True).over(
-                 order.rowsBetween(Window.unboundedPreceding, -1)))
-             .withColumn("_after", F.first(point, ignorenulls=True).over(
-                 order.rowsBetween(1, Window.unboundedFollowing)))
-             .where(F.col("_kind") == 0)
-             .select("_qid", "_value", "_before", "_after"))
-    found = found.join(needs.select("_qid", *segment_keys), "_qid").join(span, segment_keys)
+                        F.col("_qid"), no_point.alias("_point"))
+    by_value = Window.partitionBy(*segment_keys).orderBy("_value", "_kind", "_t")
+    around = (points.unionByName(asks)
+              .withColumn("_before", F.last("_point", ignorenulls=True).over(
+                  by_value.rowsBetween(Window.unboundedPreceding, -1)))
+              .withColumn("_after", F.first("_point", ignorenulls=True).over(
+                  by_value.rowsBetween(1, Window.unboundedFollowing)))
+              .where(F.col("_kind") == 0)
+              .select(*LOG_PARTITION, "_qid", "_value", "_t", "_before", "_after"))
 
-    b, a = F.col("_before"), F.col("_after")
+    # 2. The first point of each snapshot's history window, [t - history_s, t].
+    probes = needs.select(*segment_keys, (_seconds("snapshot_ts") - history_s).alias("_t"),
+                          F.lit(0).alias("_kind"), F.col("_qid"),
+                          F.lit(None).cast("long").alias("_value"), no_point.alias("_point"))
+    by_time = Window.partitionBy(*segment_keys).orderBy("_t", "_kind")
+    window_start = (points.unionByName(probes)
+                    .withColumn("_first", F.first("_point", ignorenulls=True).over(
+                        by_time.rowsBetween(1, Window.unboundedFollowing)))
+                    .where(F.col("_kind") == 0).select(*LOG_PARTITION, "_qid", "_first"))
+
+    query_key = [*LOG_PARTITION, "_qid"]
+    found = around.join(window_start, query_key).join(
+        needs.select(*query_key, F.col("high_watermark").alias("_hw_now")), query_key)
+    b, a, first = F.col("_before"), F.col("_after"), F.col("_first")
+    inside = b.isNotNull() & (b["t"] >= F.col("_t") - history_s)
     interpolated = b["t"] + (F.col("_value") - b["hw"]) * (a["t"] - b["t"]) / (a["hw"] - b["hw"])
-    rate = F.when(F.col("_last_t") > F.col("_first_t"),
-                  (F.col("_last_hw") - F.col("_first_hw"))
-                  / (F.col("_last_t") - F.col("_first_t")))
-    extrapolated = F.col("_first_t") - (F.col("_first_hw") - F.col("_value")) / rate
-    appended_at = (F.when(b.isNotNull() & a.isNotNull(), F.struct(interpolated.alias("t"),
-                                                                   F.lit("interpolated").alias("k")))
-                   .when(b.isNull() & (rate > 0), F.struct(extrapolated.alias("t"),
-                                                           F.lit("extrapolated").alias("k")))
-                   .when(b.isNull(), F.struct(F.col("_first_t").alias("t"),
-                                              F.lit("at_least").alias("k"))))
-    found = found.select("_qid", appended_at.alias("_appended"))
+    rate = F.when(F.col("_t") > first["t"],
+                  (F.col("_hw_now") - first["hw"]) / (F.col("_t") - first["t"]))
+    extrapolated = first["t"] - (first["hw"] - F.col("_value")) / rate
+    appended_at = (
+        F.when(inside & a.isNotNull(), F.struct(interpolated.alias("t"),
+                                                F.lit("interpolated").alias("k")))
+        .when(~inside & (rate > 0), F.struct(extrapolated.alias("t"),
+                                             F.lit("extrapolated").alias("k")))
+        .when(~inside & first.isNotNull(), F.struct(first["t"].alias("t"),
+                                                    F.lit("at_least").alias("k"))))
+    found = found.select(*query_key, appended_at.alias("_appended"))
 
-    result = queries.join(found, "_qid", "left")
+    result = queries.join(found, query_key, "left")
     now = _seconds("snapshot_ts")
     time_lag = (F.when(F.col("lag").isNull(), F.lit(None))
                 .when(F.col("lag") <= 0, F.lit(0.0))
-                .otherwise(F.greatest(now - F.col("_appended")["t"], F.lit(0.0))))
+                .when(F.col("_appended").isNotNull(),
+                      F.greatest(now - F.col("_appended")["t"], F.lit(0.0))))
     kind = (F.when(F.col("lag").isNull(), F.lit("unknown"))
             .when(F.col("lag") <= 0, F.lit("caught_up"))
             .otherwise(F.coalesce(F.col("_appended")["k"], F.lit("unknown"))))
@@ -182,8 +201,10 @@ def rollups(lag: DataFrame) -> dict[str, DataFrame]:
             .alias("beyond_retention_partitions"),
             F.max("time_lag_estimated_s").alias("max_time_lag_estimated_s"),
             F.max("time_lag_exact_s").alias("max_time_lag_exact_s"),
-            F.sum("production_rate").alias("production_rate"),
-            F.sum("consumption_rate").alias("consumption_rate"),
+            # Rounded: a float sum depends on the order Spark adds in, and a rerun or a
+            # backfill must give identical rows.
+            F.round(F.sum("production_rate"), 6).alias("production_rate"),
+            F.round(F.sum("consumption_rate"), 6).alias("consumption_rate"),
         )
 
     return {
@@ -196,13 +217,14 @@ def rollups(lag: DataFrame) -> dict[str, DataFrame]:
 
 
 def lag_mart(committed: DataFrame, partition_offsets: DataFrame, assignments: DataFrame,
-             record_timestamps: DataFrame, rate_window_s: int = 300) -> DataFrame:
+             record_timestamps: DataFrame, rate_window_s: int = 300,
+             history_s: float = 3600.0) -> DataFrame:
     """The partition lag mart: lag, rates, estimated and exact time lag. The inputs cover the
     interval plus a lookback (the rates' window and the time-lag history); the caller keeps
     the interval's rows with ``within``."""
     frame = partition_lag(committed, partition_offsets, assignments)
     frame = with_rates(frame, rate_window_s)
-    frame = estimated_time_lag(frame, partition_offsets)
+    frame = estimated_time_lag(frame, partition_offsets, history_s)
     return exact_time_lag(frame, record_timestamps)
 
 

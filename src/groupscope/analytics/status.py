@@ -1,6 +1,6 @@
 """Consumer status per partition and per group: OK / WARN / STALL / STOP / REWIND (partition)
-and OK / WARN / ERR (group), from Burrow's rules, evaluated at every snapshot over a window of
-the last ``window`` observations of the partition (pure DataFrame functions).
+and OK / WARN / ERR (group), from Burrow's rules, evaluated at every snapshot over the
+partition's observations of the last ``window_s`` seconds (pure DataFrame functions).
 
 The rules, first match wins (``RULES``; tests/unit/test_analytics_status.py has a numbered table
 of cases, each with its reason):
@@ -36,7 +36,8 @@ KEYS = ["cluster", "group_id", "topic", "partition"]
 
 @dataclass(frozen=True)
 class StatusSettings:
-    window: int = 10
+    window_s: float = 600.0  # the observations a status is judged on (Burrow: 10 commits)
+    history_s: float = 3600.0  # how far back pauses and the last advance are looked for
     lag_tolerance: int = 1
     stop_after_s: float = 300.0
     burst_factor: float = 2.0
@@ -63,25 +64,29 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     """``lag``: partition lag rows (cluster, snapshot_ts, group_id, topic, partition,
     committed_offset, high_watermark, lag); ``groups``: consumer_groups rows (member_count).
     One status per partition row with a committed offset."""
-    history = Window.partitionBy(*KEYS).orderBy("snapshot_ts")
-    upto = history.rowsBetween(Window.unboundedPreceding, 0)
-    before = history.rowsBetween(Window.unboundedPreceding, -1)
-    window = history.rowsBetween(-(settings.window - 1), 0)
+    # Every window is bounded in time, never "all rows read": the status of a snapshot does
+    # not depend on the interval a job computed it in (the job reads history_s more).
+    micros = 1_000_000
+    history = Window.partitionBy(*KEYS).orderBy("_us")
+    recent = history.rangeBetween(-int(settings.history_s * micros), 0)
+    recent_before = history.rangeBetween(-int(settings.history_s * micros), -1)
+    window = history.rangeBetween(-int(settings.window_s * micros), 0)
 
     frame = (lag.where(F.col("committed_offset").isNotNull())
              .join(groups.select("cluster", "snapshot_ts", "group_id", "member_count"),
                    ["cluster", "snapshot_ts", "group_id"], "left")
+             .withColumn("_us", F.unix_micros("snapshot_ts"))
              .withColumn("_t", _t("snapshot_ts"))
              .withColumn("_d_committed",
                          F.col("committed_offset") - F.lag("committed_offset").over(history))
              .withColumn("_d_lag", F.col("lag") - F.lag("lag").over(history)))
-    advanced = F.col("_d_committed").isNull() | (F.col("_d_committed") != 0)
+    advanced = F.col("_d_committed").isNotNull() & (F.col("_d_committed") != 0)
     frame = (frame.withColumn("_advance_t", F.when(advanced, F.col("_t")))
-             .withColumn("_last_advance", F.last("_advance_t", ignorenulls=True).over(upto))
-             .withColumn("_previous_advance",
-                         F.last("_advance_t", ignorenulls=True).over(before))
+             .withColumn("_last_advance", F.coalesce(F.max("_advance_t").over(recent),
+                                                     F.min("_t").over(recent)))
+             .withColumn("_previous_advance", F.max("_advance_t").over(recent_before))
              .withColumn("_pause", F.when(advanced, F.col("_t") - F.col("_previous_advance")))
-             .withColumn("_longest_pause", F.max("_pause").over(before))
+             .withColumn("_longest_pause", F.max("_pause").over(recent_before))
              .withColumn("_n", F.count("*").over(window))
              .withColumn("_rewound", F.min("_d_committed").over(window) < 0)
              .withColumn("_lag_first", F.first("lag").over(window))
