@@ -36,14 +36,19 @@ class Interval:
         return out
 
 
-def session(app: str, master: str | None = None, cores: int = 2) -> Any:
+def session(app: str, master: str | None = None, cores: int = 2,
+            driver_memory: str | None = None) -> Any:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app)
     if master:
         builder = builder.master(master)
+    if driver_memory:  # only takes effect when this call starts the JVM
+        builder = builder.config("spark.driver.memory", driver_memory)
     return (
         builder.config("spark.sql.session.timeZone", "UTC")
+        # The landing zone holds one small file per snapshot and table: pack many into a task.
+        .config("spark.sql.files.openCostInBytes", str(256 * 1024))
         .config("spark.sql.shuffle.partitions", str(max(4, cores * 2)))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -124,7 +124,9 @@ def state_durations(groups: DataFrame, max_gap_s: float = 180.0,
     closes the last one's duration)."""
     order = Window.partitionBy("cluster", "group_id").orderBy("snapshot_ts")
     t = F.unix_micros("snapshot_ts") / 1_000_000.0
-    held = F.least(F.lead(t).over(order) - t, F.lit(max_gap_s))
+    following = F.lead(t).over(order) - t
+    # least() skips nulls: the last snapshot (no next one) must stay null, not max_gap_s.
+    held = F.when(following.isNotNull(), F.least(following, F.lit(max_gap_s)))
     frame = groups.withColumn("_held", held).where(F.col("_held").isNotNull())
     if start is not None:
         frame = frame.where(F.col("snapshot_ts") >= F.lit(start))

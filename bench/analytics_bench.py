@@ -1,0 +1,334 @@
+"""Analytics benchmark: the lag, time-lag and status job over 24 hours of one-minute snapshots
+for 5,000 group-partitions (7.2 million partition rows) on Spark ``local[2]``, against the
+same computation written as DuckDB SQL over the same Parquet files, in the same run.
+
+Data: GROUPS groups x PARTITIONS partitions, each group reading its own topic; 1,440 landed
+snapshots (the real landing layout, manifests included), high watermarks growing at a
+per-partition rate with noise, committed offsets trailing with varying lag (some groups stop
+for a while, one topic is re-created mid-day). Both engines read the landed Parquet and write
+their results to Parquet (the warehouse load is not part of the measure).
+
+    .venv/bin/python bench/analytics_bench.py [--groups 100] [--partitions 50] [--minutes 1440]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+DAY = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def generate(root: Path, groups: int, partitions: int, minutes: int, seed: int = 3) -> int:
+    from groupscope.tables import SCHEMAS
+
+    rng = random.Random(seed)
+    rates = [[rng.uniform(0.5, 20.0) for _ in range(partitions)] for _ in range(groups)]
+    hw = [[rng.randrange(0, 10_000) for _ in range(partitions)] for _ in range(groups)]
+    committed = [[h - rng.randrange(0, 500) for h in row] for row in hw]
+    stopped = {g: (rng.randrange(minutes), rng.randrange(10, 120)) for g in range(0, groups, 7)}
+    rows = 0
+    for minute in range(minutes):
+        ts = DAY + timedelta(minutes=minute)
+        sid = f"bench-{ts:%Y%m%dT%H%M%S}000000Z"
+        committed_rows: dict[str, list[Any]] = {k: [] for k in SCHEMAS["committed_offsets"].names}
+        log_rows: dict[str, list[Any]] = {k: [] for k in SCHEMAS["partition_offsets"].names}
+        group_rows: dict[str, list[Any]] = {k: [] for k in SCHEMAS["consumer_groups"].names}
+        for g in range(groups):
+            start, length = stopped.get(g, (-1, 0))
+            consuming = not start <= minute < start + length
+            for p in range(partitions):
+                if g == 3 and minute == minutes // 2:  # topic re-created
+                    hw[g][p], committed[g][p] = rng.randrange(0, 50), 0
+                hw[g][p] += max(0, int(rates[g][p] * 60 + rng.gauss(0, 20)))
+                if consuming:
+                    behind = hw[g][p] - committed[g][p]
+                    committed[g][p] += int(behind * rng.uniform(0.6, 1.0))
+                for k, v in (("cluster", "bench"), ("snapshot_ts", ts),
+                             ("group_id", f"group-{g:03d}"), ("topic", f"topic-{g:03d}"),
+                             ("partition", p), ("committed_offset", committed[g][p]),
+                             ("leader_epoch", None), ("commit_metadata", "")):
+                    committed_rows[k].append(v)
+                for k, v in (("cluster", "bench"), ("snapshot_ts", ts),
+                             ("topic", f"topic-{g:03d}"), ("partition", p),
+                             ("log_start_offset", 0), ("high_watermark", hw[g][p]),
+                             ("last_stable_offset", hw[g][p])):
+                    log_rows[k].append(v)
+                rows += 1
+            for k, v in (("cluster", "bench"), ("snapshot_ts", ts),
+                         ("group_id", f"group-{g:03d}"), ("group_type", "classic"),
+                         ("state", "Stable" if consuming else "Empty"),
+                         ("protocol_type", "consumer"), ("assignor", "range"),
+                         ("coordinator_id", 1), ("expected_coordinator_id", 1),
+                         ("coordinator_mismatch", False), ("described", True),
+                         ("member_count", 1 if consuming else 0)):
+                group_rows[k].append(v)
+        tables = {
+            "committed_offsets": pa.table(committed_rows, schema=SCHEMAS["committed_offsets"]),
+            "partition_offsets": pa.table(log_rows, schema=SCHEMAS["partition_offsets"]),
+            "consumer_groups": pa.table(group_rows, schema=SCHEMAS["consumer_groups"]),
+            "snapshots": pa.table({
+                "cluster": ["bench"], "snapshot_ts": [ts], "snapshot_id": [sid],
+                "complete": [True], "group_count": [groups],
+                "partition_count": [groups * partitions], "error_count": [0],
+                "offsets_topic_partitions": [50]}, schema=SCHEMAS["snapshots"]),
+        }
+        for name in ("member_assignments", "record_timestamps", "group_members"):
+            tables[name] = SCHEMAS[name].empty_table()
+        for name, table in tables.items():
+            folder = (root / "snapshots" / name / "cluster=bench" / f"date={ts:%Y-%m-%d}"
+                      / f"hour={ts:%H}")
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, folder / f"{sid}.parquet")
+    return rows
+
+
+class PeakRss:
+    """Peak resident memory of this process and its children (the Spark JVM), sampled."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.process = psutil.Process()
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total = 0
+            for p in [self.process, *self.process.children(recursive=True)]:
+                with contextlib.suppress(Exception):  # a child that just exited
+                    total += p.memory_info().rss
+            self.peak = max(self.peak, total)
+            time.sleep(0.2)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_spark(root: Path, out: Path) -> dict[str, Any]:
+    from groupscope.analytics import jobs
+    from groupscope.analytics.io import Interval, session
+
+    spark = session("bench", master="local[2]", driver_memory="6g")
+    job = jobs.JobArgs(root, "bench", Interval(DAY, DAY + timedelta(days=1)), None,
+                       timedelta(hours=1))
+    started = time.perf_counter()
+    frames = dict(jobs.lag_frames(spark, job))
+    counts = {}
+    for name in ("partition_lag", "partition_status", "group_status", "group_lag"):
+        frames[name].write.mode("overwrite").parquet(str(out / "spark" / name))
+        counts[name] = spark.read.parquet(str(out / "spark" / name)).count()
+    elapsed = time.perf_counter() - started
+    spark.stop()
+    return {"seconds": elapsed, "rows": counts}
+
+
+FILES = "{root}/snapshots/{table}/*/*/*/*.parquet"
+DUCKDB_SQL = """
+CREATE VIEW committed AS SELECT * FROM read_parquet('{committed}');
+CREATE VIEW logs AS SELECT * FROM read_parquet('{logs}');
+CREATE VIEW groups AS SELECT * FROM read_parquet('{groups}');
+CREATE TABLE lag AS
+  SELECT c.cluster, c.snapshot_ts, c.group_id, c.topic, c.partition, c.committed_offset,
+         l.log_start_offset, l.high_watermark, l.high_watermark - c.committed_offset AS lag,
+         coalesce(c.committed_offset < l.log_start_offset, false) AS lag_beyond_retention,
+         epoch_us(c.snapshot_ts) / 1e6 AS t
+  FROM committed c LEFT JOIN logs l USING (cluster, snapshot_ts, topic, partition);
+CREATE TABLE seg AS
+  SELECT *, sum(CASE WHEN high_watermark < prev_hw THEN 1 ELSE 0 END)
+              OVER (PARTITION BY cluster, group_id, topic, partition ORDER BY t) AS segment
+  FROM (SELECT *, lag(high_watermark) OVER (PARTITION BY cluster, group_id, topic, partition
+                                            ORDER BY t) AS prev_hw FROM lag);
+CREATE TABLE rated AS
+  SELECT *,
+    CASE WHEN t > first_t THEN (high_watermark - first_hw) / (t - first_t) END AS production_rate,
+    CASE WHEN t > first_t AND committed_offset >= first_c
+         THEN (committed_offset - first_c) / (t - first_t) END AS consumption_rate
+  FROM (SELECT *,
+          first(t) OVER w AS first_t, first(high_watermark) OVER w AS first_hw,
+          first(committed_offset) OVER w AS first_c
+        FROM seg WINDOW w AS (PARTITION BY cluster, group_id, topic, partition, segment
+                              ORDER BY t RANGE BETWEEN 300 PRECEDING AND CURRENT ROW));
+-- time lag: the last point below v = committed + 1 and the first at or above it, in the
+-- same segment and within the hour before the snapshot (ASOF joins)
+CREATE TABLE hist AS SELECT cluster, group_id, topic, partition, segment, t, high_watermark AS hw
+  FROM seg;
+CREATE TABLE asks AS SELECT cluster, group_id, topic, partition, segment, snapshot_ts, t,
+  committed_offset + 1 AS v FROM rated WHERE lag > 0;
+CREATE TABLE before_pt AS SELECT a.*, h.hw AS b_hw, h.t AS b_t FROM asks a
+  ASOF LEFT JOIN hist h ON a.cluster = h.cluster AND a.group_id = h.group_id
+    AND a.topic = h.topic AND a.partition = h.partition AND a.segment = h.segment
+    AND a.v > h.hw;
+CREATE TABLE around AS SELECT b.*, h.hw AS a_hw, h.t AS a_t FROM before_pt b
+  ASOF LEFT JOIN (SELECT *, -hw AS neg FROM hist) h ON b.cluster = h.cluster
+    AND b.group_id = h.group_id AND b.topic = h.topic AND b.partition = h.partition
+    AND b.segment = h.segment AND -b.v >= h.neg;
+CREATE TABLE first_pt AS SELECT a.*, h.hw AS f_hw, h.t AS f_t FROM around a
+  ASOF LEFT JOIN (SELECT *, -t AS neg_t FROM hist) h ON a.cluster = h.cluster
+    AND a.group_id = h.group_id AND a.topic = h.topic AND a.partition = h.partition
+    AND a.segment = h.segment AND -(a.t - 3600) >= h.neg_t;
+CREATE TABLE time_lag AS SELECT cluster, group_id, topic, partition, snapshot_ts,
+  CASE WHEN b_t IS NOT NULL AND b_t >= t - 3600 AND a_t IS NOT NULL
+         THEN greatest(t - (b_t + (v - b_hw) * (a_t - b_t) / (a_hw - b_hw)), 0)
+       WHEN t > f_t AND (hw_now - f_hw) > 0
+         THEN greatest(t - (f_t - (f_hw - v) / ((hw_now - f_hw) / (t - f_t))), 0)
+       ELSE t - f_t END AS time_lag_estimated_s
+  FROM (SELECT f.*, r.high_watermark AS hw_now FROM first_pt f JOIN rated r
+        USING (cluster, group_id, topic, partition, snapshot_ts));
+CREATE TABLE partition_lag AS SELECT r.*, tl.time_lag_estimated_s FROM rated r
+  LEFT JOIN time_lag tl USING (cluster, group_id, topic, partition, snapshot_ts);
+-- status: the same windows (10 minutes of observations, pauses within the hour)
+CREATE TABLE obs AS SELECT p.*, g.member_count,
+    committed_offset - lag(committed_offset) OVER h AS d_c, lag - lag(lag) OVER h AS d_lag
+  FROM partition_lag p LEFT JOIN groups g USING (cluster, snapshot_ts, group_id)
+  WINDOW h AS (PARTITION BY cluster, group_id, topic, partition ORDER BY t);
+CREATE TABLE obs2 AS SELECT *, CASE WHEN d_c IS NOT NULL AND d_c <> 0 THEN t END AS adv_t FROM obs;
+CREATE TABLE obs3 AS SELECT *,
+    coalesce(max(adv_t) OVER r, min(t) OVER r) AS last_adv,
+    max(adv_t) OVER rb AS prev_adv,
+    count(*) OVER w AS n, min(d_c) OVER w < 0 AS rewound, first(lag) OVER w AS lag_first,
+    first(committed_offset) OVER w AS c_first, min(d_lag) OVER w >= 0 AS never_fell
+  FROM obs2
+  WINDOW r AS (PARTITION BY cluster, group_id, topic, partition ORDER BY t
+               RANGE BETWEEN 3600 PRECEDING AND CURRENT ROW),
+         rb AS (PARTITION BY cluster, group_id, topic, partition ORDER BY t
+                RANGE BETWEEN 3600 PRECEDING AND 0.000001 PRECEDING),
+         w AS (PARTITION BY cluster, group_id, topic, partition ORDER BY t
+               RANGE BETWEEN 600 PRECEDING AND CURRENT ROW);
+CREATE TABLE obs4 AS SELECT *, max(CASE WHEN adv_t IS NOT NULL THEN t - prev_adv END) OVER rb
+    AS longest_pause FROM obs3
+  WINDOW rb AS (PARTITION BY cluster, group_id, topic, partition ORDER BY t
+                RANGE BETWEEN 3600 PRECEDING AND 0.000001 PRECEDING);
+CREATE TABLE partition_status AS SELECT cluster, snapshot_ts, group_id, topic, partition,
+  CASE WHEN coalesce(rewound, false) THEN 'REWIND'
+       WHEN NOT coalesce(lag > 1, true) THEN 'OK'
+       WHEN n < 2 THEN 'OK'
+       WHEN t - last_adv >= greatest(300, coalesce(longest_pause, 0) * 2)
+            AND coalesce(member_count, 0) = 0 THEN 'STOP'
+       WHEN t - last_adv >= greatest(300, coalesce(longest_pause, 0) * 2) THEN 'STALL'
+       WHEN n >= 3 AND committed_offset > c_first AND coalesce(never_fell, false)
+            AND lag > lag_first THEN 'WARN'
+       ELSE 'OK' END AS status, lag
+  FROM obs4;
+CREATE TABLE group_status AS SELECT cluster, snapshot_ts, group_id,
+  CASE WHEN max(CASE WHEN status IN ('STOP', 'STALL') THEN 2
+                     WHEN status IN ('WARN', 'REWIND') THEN 1 ELSE 0 END) = 2 THEN 'ERR'
+       WHEN max(CASE WHEN status IN ('WARN', 'REWIND') THEN 1 ELSE 0 END) = 1 THEN 'WARN'
+       ELSE 'OK' END AS status
+  FROM partition_status GROUP BY ALL;
+CREATE TABLE group_lag AS SELECT cluster, snapshot_ts, group_id, count(*) AS partitions,
+  coalesce(sum(CASE WHEN lag > 0 THEN lag END), 0) AS lag, max(time_lag_estimated_s) AS max_tl
+  FROM partition_lag GROUP BY ALL;
+"""
+
+
+def run_duckdb(root: Path, out: Path) -> dict[str, Any]:
+    import duckdb
+
+    started = time.perf_counter()
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.execute(f"SET temp_directory = '{out / 'duckdb-tmp'}'")
+    con.execute(DUCKDB_SQL.format(
+        committed=FILES.format(root=root, table="committed_offsets"),
+        logs=FILES.format(root=root, table="partition_offsets"),
+        groups=FILES.format(root=root, table="consumer_groups")))
+    counts = {}
+    (out / "duckdb").mkdir(parents=True, exist_ok=True)
+    for name in ("partition_lag", "partition_status", "group_status", "group_lag"):
+        con.execute(f"COPY {name} TO '{out / 'duckdb' / name}.parquet' (FORMAT parquet)")
+        counts[name] = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+    elapsed = time.perf_counter() - started
+    con.close()
+    return {"seconds": elapsed, "rows": counts}
+
+
+def agreement(out: Path) -> dict[str, Any]:
+    """How far the two engines' answers are apart (they implement the same definitions)."""
+    import duckdb
+
+    con = duckdb.connect()
+    spark_lag = f"read_parquet('{out}/spark/partition_lag/*.parquet')"
+    duck_lag = f"read_parquet('{out}/duckdb/partition_lag.parquet')"
+    lag_diff = con.execute(f"""
+        SELECT count(*) FILTER (WHERE s.lag IS DISTINCT FROM d.lag),
+               max(abs(s.time_lag_estimated_s - d.time_lag_estimated_s)),
+               count(*) FILTER (WHERE abs(s.time_lag_estimated_s - d.time_lag_estimated_s) > 1)
+        FROM {spark_lag} s JOIN {duck_lag} d
+        USING (cluster, snapshot_ts, group_id, topic, partition)""").fetchone()
+    status_diff = con.execute(f"""
+        SELECT count(*) FILTER (WHERE s.status <> d.status), count(*)
+        FROM read_parquet('{out}/spark/partition_status/*.parquet') s
+        JOIN read_parquet('{out}/duckdb/partition_status.parquet') d
+        USING (cluster, snapshot_ts, group_id, topic, partition)""").fetchone()
+    return {"lag_rows_differing": lag_diff[0], "time_lag_max_abs_diff_s": lag_diff[1],
+            "time_lag_rows_off_by_over_1s": lag_diff[2], "status_rows_differing": status_diff[0],
+            "status_rows_compared": status_diff[1]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=50)
+    parser.add_argument("--minutes", type=int, default=1440)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gs-analytics-bench-"))
+    try:
+        started = time.perf_counter()
+        rows = generate(work / "landing", args.groups, args.partitions, args.minutes)
+        print(f"generated {rows:,} partition rows in {time.perf_counter() - started:.0f} s",
+              flush=True)
+        with PeakRss() as spark_mem:
+            spark = run_spark(work / "landing", work / "out")
+        print(f"spark: {spark['seconds']:.1f} s, peak RSS {spark_mem.peak / 2**20:.0f} MiB",
+              flush=True)
+        with PeakRss() as duck_mem:
+            duck = run_duckdb(work / "landing", work / "out")
+        print(f"duckdb: {duck['seconds']:.1f} s, peak RSS {duck_mem.peak / 2**20:.0f} MiB",
+              flush=True)
+        report = {
+            "when": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+                        "platform": platform.platform()},
+            "input_rows": rows, "spark": {**spark, "peak_rss_mib": spark_mem.peak / 2**20,
+                                          "rows_per_s": rows / spark["seconds"]},
+            "duckdb": {**duck, "peak_rss_mib": duck_mem.peak / 2**20,
+                       "rows_per_s": rows / duck["seconds"]},
+            "ratio": spark["seconds"] / duck["seconds"], "agreement": agreement(work / "out"),
+        }
+        results = HERE / "results"
+        results.mkdir(exist_ok=True)
+        (results / f"analytics-{report['when']}.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

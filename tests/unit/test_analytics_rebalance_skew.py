@@ -1,0 +1,122 @@
+"""Rebalance and skew transforms over tiny inline DataFrames (Spark local)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession
+
+from groupscope.analytics import rebalance as R
+from groupscope.analytics import skew as S
+from groupscope.analytics.io import _spark_schema
+
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def naive(minutes: float) -> datetime:
+    return at(minutes).replace(tzinfo=None)
+
+
+def frame(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> Any:
+    schema = _spark_schema(table)
+    return spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows],
+                                 schema)
+
+
+def group(minute: float, state: str, members: int, group_id: str = "g",
+          assignor: str | None = "range") -> dict[str, Any]:
+    return {"cluster": "c", "snapshot_ts": at(minute), "group_id": group_id,
+            "group_type": "classic", "state": state, "protocol_type": "consumer",
+            "assignor": assignor, "coordinator_mismatch": False, "described": True,
+            "member_count": members}
+
+
+def member(minute: float, member_id: str, group_id: str = "g",
+           instance_id: str | None = None) -> dict[str, Any]:
+    return {"cluster": "c", "snapshot_ts": at(minute), "group_id": group_id,
+            "member_id": member_id, "client_id": "c", "host": "/h", "instance_id": instance_id}
+
+
+def test_estimated_events_from_membership_changes(spark: SparkSession) -> None:
+    groups = [group(m, "Stable", 1) for m in range(5)]
+    members = [member(0, "a"), member(1, "a"), member(2, "a"), member(2, "b"),  # b joined
+               member(3, "b"),  # a left
+               member(4, "b", instance_id=None)]  # no change
+    events = R.estimated_events(frame(spark, "group_members", members),
+                                frame(spark, "consumer_groups", groups)).orderBy("event_ts")
+    rows = [(r["event_ts"], r["joined"], r["left"], r["cause"], r["estimated"],
+             r["rebalance_type"]) for r in events.collect()]
+    # collect() gives naive datetimes in the session's time zone, UTC.
+    assert rows == [(naive(2), 1, 0, "joined", True, "eager"),
+                    (naive(3), 0, 1, "left", True, "eager")]
+
+
+def test_static_member_restart_is_no_membership_change(spark: SparkSession) -> None:
+    # A static member keeps its instance id across a restart (new member id): not a change.
+    groups = [group(m, "Stable", 1) for m in range(2)]
+    members = [member(0, "s-1", instance_id="static"), member(1, "s-2", instance_id="static")]
+    events = R.estimated_events(frame(spark, "group_members", members),
+                                frame(spark, "consumer_groups", groups))
+    assert events.count() == 0
+
+
+def test_state_durations_cap_collection_gaps(spark: SparkSession) -> None:
+    # Stable 10:00-10:01, rebalancing 10:01-10:02, Stable from 10:02 until a 30-minute gap
+    # in collection (capped at 3 minutes), then Empty at 10:32 (the last, open-ended).
+    groups = [group(0, "Stable", 1), group(1, "PreparingRebalance", 1), group(2, "Stable", 1),
+              group(32, "Empty", 0), group(33, "Empty", 0)]
+    (row,) = R.state_durations(frame(spark, "consumer_groups", groups)).collect()
+    assert (row["stable_s"], row["rebalancing_s"], row["empty_s"]) == (60 + 180, 60, 60)
+
+
+def test_hourly_counts_causes_kinds_and_exactness(spark: SparkSession) -> None:
+    events = spark.createDataFrame([
+        ("c", at(5), "g", 1, "offsets_topic", False, "range", "eager", 1, 1, 0, "joined", 0),
+        ("c", at(9), "g", 2, "offsets_topic", False, "range", "eager", 2, 1, 1, "both", 3),
+        ("c", at(70), "g", 3, "offsets_topic", False, "cooperative-sticky", "cooperative", 2,
+         0, 0, "none", 2),
+        ("c", at(7), "h", None, "snapshots", True, "range", "eager", 1, 0, 1, "left", None),
+    ], R.EVENT_SCHEMA)
+    durations = R.state_durations(frame(spark, "consumer_groups", [
+        group(0, "Stable", 1, "quiet"), group(1, "Stable", 1, "quiet")]))
+    known = R.known_groups(spark, [("c", "g")])
+    rows = {(r["group_id"], r["period_start"]): r for r in
+            R.hourly(events, durations, known).collect()}
+    first = rows[("g", naive(0))]
+    assert (first["rebalances"], first["joined_only"], first["joined_and_left"],
+            first["partitions_moved"], first["eager"], first["estimated"]) == (2, 1, 1, 3, 2,
+                                                                              False)
+    assert rows[("g", naive(60))]["cooperative"] == 1
+    assert rows[("h", naive(0))]["estimated"] is True and rows[("h", naive(0))]["left_only"] == 1
+    quiet = rows[("quiet", naive(0))]
+    assert (quiet["rebalances"], quiet["stable_s"], quiet["estimated"]) == (0, 60.0, True)
+
+
+def test_group_skew_counts_idle_members_and_lag_share(spark: SparkSession) -> None:
+    members = [member(0, m) for m in ("m1", "m2", "m3")]
+    assignments = [{"cluster": "c", "snapshot_ts": at(0), "group_id": "g", "member_id": m,
+                    "kind": "current", "topic": "t", "partition": p}
+                   for m, p in (("m1", 0), ("m1", 1), ("m1", 2), ("m2", 3))]
+    lag = spark.createDataFrame(
+        [("c", at(0), "g", "t", p, m, lag) for m, p, lag in
+         (("m1", 0, 10), ("m1", 1, 20), ("m1", 2, 0), ("m2", 3, 70))],
+        "cluster string, snapshot_ts timestamp, group_id string, topic string, "
+        "partition int, member_id string, lag long")
+    (row,) = S.group_skew(frame(spark, "group_members", members),
+                          frame(spark, "member_assignments", assignments),
+                          frame(spark, "consumer_groups", [group(0, "Stable", 3)]),
+                          lag).collect()
+    assert (row["members"], row["partitions"], row["max_minus_min"], row["idle_members"]) == \
+        (3, 4, 3, 1)
+    assert row["coefficient_of_variation"] == pytest.approx((14 / 9) ** 0.5 / (4 / 3))
+    assert (row["most_lagged_member"], row["most_lagged_share"]) == ("m2", 0.7)
+    assert row["strategy"] == "range"
