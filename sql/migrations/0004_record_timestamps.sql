@@ -5,9 +5,9 @@ CREATE TABLE raw.record_timestamps (
     snapshot_ts    timestamptz NOT NULL,
     topic          text        NOT NULL,
     partition      integer     NOT NULL,
-    "offset"       bigint      NOT NULL,
+    committed_offset bigint    NOT NULL,
     record_offset  bigint      NOT NULL,
     record_ts      timestamptz NOT NULL,
     timestamp_type text        NOT NULL,
-    PRIMARY KEY (cluster, snapshot_ts, topic, partition, "offset")
+    PRIMARY KEY (cluster, snapshot_ts, topic, partition, committed_offset)
 );

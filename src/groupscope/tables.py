@@ -81,7 +81,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "record_timestamps": _schema(
         ("topic", pa.string(), False),
         ("partition", pa.int32(), False),
-        ("offset", pa.int64(), False),
+        ("committed_offset", pa.int64(), False),
         ("record_offset", pa.int64(), False),
         ("record_ts", _TS, False),
         ("timestamp_type", pa.string(), False),
@@ -110,7 +110,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "committed_offsets": ("cluster", "snapshot_ts", "group_id", "topic", "partition"),
     "partition_offsets": ("cluster", "snapshot_ts", "topic", "partition"),
     "topics": ("cluster", "snapshot_ts", "topic"),
-    "record_timestamps": ("cluster", "snapshot_ts", "topic", "partition", "offset"),
+    "record_timestamps": ("cluster", "snapshot_ts", "topic", "partition", "committed_offset"),
     "collection_errors": ("cluster", "snapshot_ts", "seq"),
 }
 
@@ -188,7 +188,7 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
         {**head, "topic": t.topic, "partition_count": t.partition_count} for t in snapshot.topics
     )
     rows["record_timestamps"].extend(
-        {**head, "topic": r.topic, "partition": r.partition, "offset": r.offset,
+        {**head, "topic": r.topic, "partition": r.partition, "committed_offset": r.offset,
          "record_offset": r.record_offset,
          "record_ts": datetime.fromtimestamp(r.timestamp_ms / 1000, UTC),
          "timestamp_type": r.timestamp_type}

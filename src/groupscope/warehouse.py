@@ -165,7 +165,7 @@ def _copy(conn: Any, qualified_name: str, table: pa.Table) -> None:
         return
     columns = table.schema.names
     cursor = conn.connection.driver_connection.cursor()
-    column_list = ", ".join(f'"{c}"' for c in columns)  # "offset" is a reserved word
+    column_list = ", ".join(f'"{c}"' for c in columns)  # quoted: identifiers, not SQL
     with cursor.copy(f"COPY {qualified_name} ({column_list}) FROM STDIN") as copy:
         for row in _rows(table, columns):
             copy.write_row(row)

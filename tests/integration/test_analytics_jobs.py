@@ -33,6 +33,7 @@ from groupscope.landing import land
 pytestmark = pytest.mark.integration
 RATE = 100  # records/s produced
 SNAPSHOT_EVERY_S = 2.0
+SYNTHETIC_START = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
 
 
 class Workload:
@@ -87,6 +88,9 @@ def landed(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dic
     topic, slow, stuck = unique("an-orders"), unique("an-slow"), unique("an-stuck")
     create_topic(bootstrap, topic, 2)
     root = tmp_path_factory.mktemp("analytics-landing")
+    # The same real snapshots, also stamped 12 minutes apart from SYNTHETIC_START (time is
+    # passed in), so that hourly jobs have several hours to backfill.
+    stamped_root = tmp_path_factory.mktemp("analytics-stamped")
     cluster = ClusterConfig.from_cli(bootstrap, name=unique("an"))
     workload = Workload(bootstrap, topic, slow)
     workload.start()
@@ -105,11 +109,14 @@ def landed(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dic
             ts = datetime.now(UTC)
             land(take_snapshot(cluster, 15.0, ts), root)
             stamps.append(ts)
+            land(take_snapshot(cluster, 15.0, SYNTHETIC_START + timedelta(minutes=12 * i)),
+                 stamped_root)
             time.sleep(SNAPSHOT_EVERY_S)
     finally:
         workload.close()
     ingest_offsets(cluster, root, 15.0, 120.0, 50_000)
-    return {"root": root, "cluster": cluster.name, "stamps": stamps, "topic": topic,
+    return {"root": root, "stamped_root": stamped_root,
+            "cluster": cluster.name, "stamps": stamps, "topic": topic,
             "slow": slow, "stuck": stuck, "stuck_at": stuck_at}
 
 
@@ -216,6 +223,41 @@ def test_rebalance_and_skew_jobs_rerun_identically(landed: dict[str, Any], spark
     hourly_rows = [r for r in results[0]["rebalance_hourly"] if r[1] == landed["slow"]]
     assert sum(r[3] for r in hourly_rows) == len(slow_events)
     assert sum(r[12] for r in hourly_rows) > 0  # seconds Stable
+
+
+HOURLY_MARTS = ["rebalance_events", "rebalance_hourly", "group_skew", "strategy_skew_hourly"]
+
+
+def test_hourly_jobs_backfill_equals_hour_by_hour(landed: dict[str, Any], spark: Any,
+                                                  postgres: Any, warehouse_engine: Any) -> None:
+    # 22 snapshots 12 minutes apart from 09:30: five hours, 09:00-14:00.
+    start = SYNTHETIC_START.replace(minute=0)
+    hours = [start + timedelta(hours=h) for h in range(6)]
+    data = {**landed, "root": landed["stamped_root"]}
+
+    def run(a: datetime, b: datetime) -> None:
+        job = _job(data, a, b, postgres.url)
+        events, hourly = jobs.rebalance_frames(spark, job)
+        jobs.write(job, events, "event_ts")
+        jobs.write(job, hourly, "period_start")
+        skew, strategy = jobs.skew_frames(spark, job)
+        jobs.write(job, skew, "snapshot_ts")
+        jobs.write(job, strategy, "period_start")
+
+    def clear() -> None:
+        with warehouse_engine.begin() as conn:
+            for t in HOURLY_MARTS:
+                conn.execute(text(f"DELETE FROM mart.{t} WHERE cluster = :c"),
+                             {"c": landed["cluster"]})
+
+    clear()
+    run(hours[0], hours[-1])
+    whole = {t: _mart(warehouse_engine, t, landed["cluster"]) for t in HOURLY_MARTS}
+    assert len({r[1] for r in whole["strategy_skew_hourly"]}) == 5  # five hours
+    clear()
+    for a, b in itertools.pairwise(hours):
+        run(a, b)
+    _same({t: _mart(warehouse_engine, t, landed["cluster"]) for t in HOURLY_MARTS}, whole)
 
 
 def test_a_job_runs_through_spark_submit(landed: dict[str, Any], postgres: Any) -> None:

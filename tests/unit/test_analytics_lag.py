@@ -124,7 +124,7 @@ def test_a_collector_restart_gap_is_interpolated_across(spark: SparkSession) -> 
 
 def test_exact_time_lag_from_the_sampled_record(spark: SparkSession) -> None:
     sample = {"cluster": "c", "snapshot_ts": at(100), "topic": "t", "partition": 0,
-              "offset": 49, "record_offset": 49, "record_ts": at(42),
+              "committed_offset": 49, "record_offset": 49, "record_ts": at(42),
               "timestamp_type": "create_time"}
     rows = mart(spark, [committed(100, 49), committed(100, 49, group="other-offset")],
                 [log(0, 0), log(100, 100)], samples=[sample])

@@ -71,11 +71,12 @@ def test_static_member_restart_is_no_membership_change(spark: SparkSession) -> N
 
 def test_state_durations_cap_collection_gaps(spark: SparkSession) -> None:
     # Stable 10:00-10:01, rebalancing 10:01-10:02, Stable from 10:02 until a 30-minute gap
-    # in collection (capped at 3 minutes), then Empty at 10:32 (the last, open-ended).
+    # in collection (capped at 3 minutes), then Empty at 10:32 and 10:33 (the last snapshot
+    # holds the cap: 3 minutes).
     groups = [group(0, "Stable", 1), group(1, "PreparingRebalance", 1), group(2, "Stable", 1),
               group(32, "Empty", 0), group(33, "Empty", 0)]
     (row,) = R.state_durations(frame(spark, "consumer_groups", groups)).collect()
-    assert (row["stable_s"], row["rebalancing_s"], row["empty_s"]) == (60 + 180, 60, 60)
+    assert (row["stable_s"], row["rebalancing_s"], row["empty_s"]) == (60 + 180, 60, 60 + 180)
 
 
 def test_hourly_counts_causes_kinds_and_exactness(spark: SparkSession) -> None:
@@ -98,7 +99,8 @@ def test_hourly_counts_causes_kinds_and_exactness(spark: SparkSession) -> None:
     assert rows[("g", naive(60))]["cooperative"] == 1
     assert rows[("h", naive(0))]["estimated"] is True and rows[("h", naive(0))]["left_only"] == 1
     quiet = rows[("quiet", naive(0))]
-    assert (quiet["rebalances"], quiet["stable_s"], quiet["estimated"]) == (0, 60.0, True)
+    # Two snapshots a minute apart: 60 s, and the last holds the 180 s cap.
+    assert (quiet["rebalances"], quiet["stable_s"], quiet["estimated"]) == (0, 240.0, True)
 
 
 def test_group_skew_counts_idle_members_and_lag_share(spark: SparkSession) -> None:

@@ -123,13 +123,13 @@ def rebalance_events_frame(spark: Any, job: JobArgs) -> tuple[Any, Any]:
 def rebalance_frames(spark: Any, job: JobArgs) -> tuple[list[tuple[str, Any]],
                                                         list[tuple[str, Any]]]:
     """(mart.rebalance_events, keyed by event_ts), (mart.rebalance_hourly, by period_start)."""
-    from groupscope.analytics.rebalance import hourly, state_durations
+    from groupscope.analytics.rebalance import MAX_STATE_GAP_S, hourly, state_durations
 
     _on_the_hour(job.interval)
     events, known = rebalance_events_frame(spark, job)
     events = events.cache()
     groups = _table(spark, job, "consumer_groups", job.interval.start,
-                    job.interval.end + timedelta(minutes=5))
+                    job.interval.end + timedelta(seconds=MAX_STATE_GAP_S))
     durations = state_durations(groups, start=job.interval.start, end=job.interval.end)
     return [("rebalance_events", events)], [("rebalance_hourly", hourly(events, durations,
                                                                         known))]

@@ -179,7 +179,7 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
     """Adds time_lag_exact_s where the collector sampled the record at the committed offset."""
     samples = record_timestamps.select(
-        *LOG_PARTITION, "snapshot_ts", F.col("offset").alias("committed_offset"), "record_ts")
+        *LOG_PARTITION, "snapshot_ts", "committed_offset", "record_ts")
     joined = lag.join(samples, [*LOG_PARTITION, "snapshot_ts", "committed_offset"], "left")
     exact = F.when(F.col("lag") <= 0, F.lit(0.0)).otherwise(
         _seconds("snapshot_ts") - _seconds("record_ts"))

@@ -12,8 +12,8 @@
   rebalance).
 - **Kinds**: eager (stop-the-world), cooperative (incremental), consumer (KIP-848).
 - **Time in each group state** from the snapshots: each snapshot's state holds until the next
-  snapshot, at most ``max_gap_s`` (a gap in collection is not time in a state), attributed to
-  the hour of the snapshot.
+  snapshot, at most ``max_gap_s`` (a gap in collection is not time in a state; the latest
+  snapshot holds ``max_gap_s``), attributed to the hour of the snapshot.
 """
 
 from __future__ import annotations
@@ -117,17 +117,22 @@ def rebalance_events(spark: SparkSession, exact: list[tuple[Any, ...]],
     return exact_frame.unionByName(fallback)
 
 
-def state_durations(groups: DataFrame, max_gap_s: float = 180.0,
+MAX_STATE_GAP_S = 180.0
+
+
+def state_durations(groups: DataFrame, max_gap_s: float = MAX_STATE_GAP_S,
                     start: datetime | None = None, end: datetime | None = None) -> DataFrame:
     """Seconds in each state class per group and hour, from consecutive snapshots. Only
     snapshots in [start, end) count; ``groups`` may reach past ``end`` (the next snapshot
     closes the last one's duration)."""
     order = Window.partitionBy("cluster", "group_id").orderBy("snapshot_ts")
     t = F.unix_micros("snapshot_ts") / 1_000_000.0
-    following = F.lead(t).over(order) - t
-    # least() skips nulls: the last snapshot (no next one) must stay null, not max_gap_s.
-    held = F.when(following.isNotNull(), F.least(following, F.lit(max_gap_s)))
-    frame = groups.withColumn("_held", held).where(F.col("_held").isNotNull())
+    # A snapshot's state holds until the next snapshot, at most max_gap_s; with no next
+    # snapshot (yet, or within what was read) it holds max_gap_s. So the answer depends only on
+    # the snapshots up to max_gap_s later: the job reads that far past its interval, and an
+    # interval's rows are the same whichever run computed them.
+    held = F.coalesce(F.least(F.lead(t).over(order) - t, F.lit(max_gap_s)), F.lit(max_gap_s))
+    frame = groups.withColumn("_held", held)
     if start is not None:
         frame = frame.where(F.col("snapshot_ts") >= F.lit(start))
     if end is not None:
