@@ -51,12 +51,15 @@ def partition_lag(committed: DataFrame, partition_offsets: DataFrame,
     """One row per snapshot and partition that a group committed or owns, with its member
     (by current assignment), offsets and lag."""
     keys = ["cluster", "snapshot_ts", "group_id", "topic", "partition"]
-    owned = (assignments.where(F.col("kind") == "current")
+    # Everything downstream is keyed by the log partition (and more): partition by it once.
+    owned = (assignments.where(F.col("kind") == "current").repartition(*LOG_PARTITION)
              .groupBy(*keys).agg(F.min("member_id").alias("member_id")))
-    rows = committed.select(*keys, "committed_offset").join(owned, keys, "full_outer")
+    rows = (committed.select(*keys, "committed_offset").repartition(*LOG_PARTITION)
+            .join(owned, keys, "full_outer"))
     logs = partition_offsets.select("cluster", "snapshot_ts", "topic", "partition",
                                     "log_start_offset", "high_watermark", "last_stable_offset")
-    rows = rows.join(logs, ["cluster", "snapshot_ts", "topic", "partition"], "left")
+    rows = rows.join(logs.repartition(*LOG_PARTITION),
+                     ["cluster", "snapshot_ts", "topic", "partition"], "left")
     return rows.select(
         *keys, "member_id", "committed_offset", "log_start_offset", "high_watermark",
         "last_stable_offset",
@@ -69,9 +72,11 @@ def partition_lag(committed: DataFrame, partition_offsets: DataFrame,
 def with_segments(frame: DataFrame, keys: list[str]) -> DataFrame:
     """Numbers the high-watermark history segments of each partition: +1 whenever the high
     watermark goes down (a re-created topic)."""
-    order = Window.partitionBy(*keys).orderBy("snapshot_ts")
+    # Ordered by microseconds, as the range windows after it are: one sort serves them all.
+    order = Window.partitionBy(*keys).orderBy("_us")
     dropped = (F.col("high_watermark") < F.lag("high_watermark").over(order)).cast("int")
-    return (frame.withColumn("_dropped", F.coalesce(dropped, F.lit(0)))
+    return (frame.withColumn("_us", F.unix_micros("snapshot_ts"))
+            .withColumn("_dropped", F.coalesce(dropped, F.lit(0)))
             .withColumn("segment", F.sum("_dropped").over(
                 order.rowsBetween(Window.unboundedPreceding, 0)))
             .drop("_dropped"))
@@ -80,8 +85,8 @@ def with_segments(frame: DataFrame, keys: list[str]) -> DataFrame:
 def with_rates(lag: DataFrame, rate_window_s: int = 300) -> DataFrame:
     """Adds production_rate, consumption_rate (per second) and catch_up_s."""
     frame = with_segments(lag, GROUP_PARTITION).withColumn("_t", _seconds("snapshot_ts"))
-    trailing = (Window.partitionBy(*GROUP_PARTITION, "segment").orderBy("_t")
-                .rangeBetween(-rate_window_s, 0))
+    trailing = (Window.partitionBy(*GROUP_PARTITION, "segment").orderBy("_us")
+                .rangeBetween(-rate_window_s * 1_000_000, 0))
     first = {c: F.first(c).over(trailing) for c in ("_t", "high_watermark", "committed_offset")}
     dt = F.col("_t") - first["_t"]
     production = F.when(dt > 0, (F.col("high_watermark") - first["high_watermark"]) / dt)
@@ -92,7 +97,7 @@ def with_rates(lag: DataFrame, rate_window_s: int = 300) -> DataFrame:
     gain = F.col("consumption_rate") - F.col("production_rate")
     catch_up = (F.when(F.col("lag") <= 0, F.lit(0.0))
                 .when(gain > 0, F.col("lag") / gain))
-    return frame.withColumn("catch_up_s", catch_up).drop("_t", "segment")
+    return frame.withColumn("catch_up_s", catch_up).drop("_t", "_us", "segment")
 
 
 def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
@@ -103,8 +108,9 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     ``partition_offsets`` must reach ``history_s`` back before the first snapshot of interest."""
     history = with_segments(
         partition_offsets.select(*LOG_PARTITION, "snapshot_ts", "high_watermark")
-        .where(F.col("high_watermark").isNotNull()), LOG_PARTITION)
-    history = history.withColumn("_t", _seconds("snapshot_ts"))
+        .where(F.col("high_watermark").isNotNull()).repartition(*LOG_PARTITION), LOG_PARTITION)
+    # Read by four branches of the plan below: computed once (cache), not four times.
+    history = history.withColumn("_t", _seconds("snapshot_ts")).drop("_us").cache()
     segment_keys = [*LOG_PARTITION, "segment"]
 
     # A deterministic query key (with the log partition): monotonically_increasing_id would be
@@ -113,6 +119,7 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     queries = (lag.withColumn("_qid", qid)
                .join(history.select(*LOG_PARTITION, "snapshot_ts", "segment"),
                      [*LOG_PARTITION, "snapshot_ts"], "left"))
+    queries = queries.cache()
     needs = queries.where((F.col("lag") > 0) & F.col("segment").isNotNull())
     point = F.struct(F.col("high_watermark").alias("hw"), F.col("_t").alias("t"))
     points = history.select(*segment_keys, F.col("high_watermark").alias("_value"),
@@ -125,12 +132,17 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     asks = needs.select(*segment_keys, (F.col("committed_offset") + 1).alias("_value"),
                         _seconds("snapshot_ts").alias("_t"), F.lit(0).alias("_kind"),
                         F.col("_qid"), no_point.alias("_point"))
+    # "The first point after" is taken as "the last point before" in the reversed order:
+    # frames that reach UNBOUNDED FOLLOWING are recomputed for every row in Spark (quadratic),
+    # ones from UNBOUNDED PRECEDING grow incrementally.
     by_value = Window.partitionBy(*segment_keys).orderBy("_value", "_kind", "_t")
+    by_value_reversed = Window.partitionBy(*segment_keys).orderBy(
+        F.col("_value").desc(), F.col("_kind").desc(), F.col("_t").desc())
     around = (points.unionByName(asks)
               .withColumn("_before", F.last("_point", ignorenulls=True).over(
                   by_value.rowsBetween(Window.unboundedPreceding, -1)))
-              .withColumn("_after", F.first("_point", ignorenulls=True).over(
-                  by_value.rowsBetween(1, Window.unboundedFollowing)))
+              .withColumn("_after", F.last("_point", ignorenulls=True).over(
+                  by_value_reversed.rowsBetween(Window.unboundedPreceding, -1)))
               .where(F.col("_kind") == 0)
               .select(*LOG_PARTITION, "_qid", "_value", "_t", "_before", "_after"))
 
@@ -138,10 +150,11 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     probes = needs.select(*segment_keys, (_seconds("snapshot_ts") - history_s).alias("_t"),
                           F.lit(0).alias("_kind"), F.col("_qid"),
                           F.lit(None).cast("long").alias("_value"), no_point.alias("_point"))
-    by_time = Window.partitionBy(*segment_keys).orderBy("_t", "_kind")
+    by_time_reversed = Window.partitionBy(*segment_keys).orderBy(F.col("_t").desc(),
+                                                                F.col("_kind").desc())
     window_start = (points.unionByName(probes)
-                    .withColumn("_first", F.first("_point", ignorenulls=True).over(
-                        by_time.rowsBetween(1, Window.unboundedFollowing)))
+                    .withColumn("_first", F.last("_point", ignorenulls=True).over(
+                        by_time_reversed.rowsBetween(Window.unboundedPreceding, -1)))
                     .where(F.col("_kind") == 0).select(*LOG_PARTITION, "_qid", "_first"))
 
     query_key = [*LOG_PARTITION, "_qid"]
@@ -180,7 +193,8 @@ def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
     """Adds time_lag_exact_s where the collector sampled the record at the committed offset."""
     samples = record_timestamps.select(
         *LOG_PARTITION, "snapshot_ts", "committed_offset", "record_ts")
-    joined = lag.join(samples, [*LOG_PARTITION, "snapshot_ts", "committed_offset"], "left")
+    joined = lag.join(samples.repartition(*LOG_PARTITION),
+                      [*LOG_PARTITION, "snapshot_ts", "committed_offset"], "left")
     exact = F.when(F.col("lag") <= 0, F.lit(0.0)).otherwise(
         _seconds("snapshot_ts") - _seconds("record_ts"))
     return joined.withColumn("time_lag_exact_s", exact).drop("record_ts")

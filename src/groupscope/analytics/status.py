@@ -68,12 +68,13 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     # not depend on the interval a job computed it in (the job reads history_s more).
     micros = 1_000_000
     history = Window.partitionBy(*KEYS).orderBy("_us")
-    recent = history.rangeBetween(-int(settings.history_s * micros), 0)
     recent_before = history.rangeBetween(-int(settings.history_s * micros), -1)
     window = history.rangeBetween(-int(settings.window_s * micros), 0)
 
     frame = (lag.where(F.col("committed_offset").isNotNull())
-             .join(groups.select("cluster", "snapshot_ts", "group_id", "member_count"),
+             # Small (one row per group and snapshot): broadcast, keeping the rows where they are.
+             .join(F.broadcast(groups.select("cluster", "snapshot_ts", "group_id",
+                                             "member_count")),
                    ["cluster", "snapshot_ts", "group_id"], "left")
              .withColumn("_us", F.unix_micros("snapshot_ts"))
              .withColumn("_t", _t("snapshot_ts"))
@@ -81,10 +82,19 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                          F.col("committed_offset") - F.lag("committed_offset").over(history))
              .withColumn("_d_lag", F.col("lag") - F.lag("lag").over(history)))
     advanced = F.col("_d_committed").isNotNull() & (F.col("_d_committed") != 0)
+    horizon = F.col("_t") - F.lit(settings.history_s)
+    upto = history.rowsBetween(Window.unboundedPreceding, 0)
+    before = history.rowsBetween(Window.unboundedPreceding, -1)
+    # The last advance (and the one before) as running "last" values, kept only within the
+    # history horizon: incremental frames, unlike sliding maxima over an hour of rows.
+    last_advance = F.last("_advance_t", ignorenulls=True).over(upto)
+    previous_advance = F.last("_advance_t", ignorenulls=True).over(before)
     frame = (frame.withColumn("_advance_t", F.when(advanced, F.col("_t")))
-             .withColumn("_last_advance", F.coalesce(F.max("_advance_t").over(recent),
-                                                     F.min("_t").over(recent)))
-             .withColumn("_previous_advance", F.max("_advance_t").over(recent_before))
+             .withColumn("_last_advance", F.greatest(
+                 F.when(last_advance >= horizon, last_advance),
+                 F.greatest(F.min("_t").over(upto), horizon)))
+             .withColumn("_previous_advance",
+                         F.when(previous_advance >= horizon, previous_advance))
              .withColumn("_pause", F.when(advanced, F.col("_t") - F.col("_previous_advance")))
              .withColumn("_longest_pause", F.max("_pause").over(recent_before))
              .withColumn("_n", F.count("*").over(window))
