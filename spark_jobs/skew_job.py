@@ -3,31 +3,12 @@
     spark-submit spark_jobs/skew_job.py --landing DIR --cluster NAME \
         --start 2026-11-21T10:00:00Z --end 2026-11-21T11:00:00Z [--warehouse URL]
 
-Definitions: groupscope/analytics/. Prints the rows written per mart as JSON.
+Definitions: src/groupscope/analytics/. Prints the rows written per mart as JSON.
 """
 
-from __future__ import annotations
-
-import json
 import sys
 
-
-def main(argv: list[str] | None = None) -> int:
-    from groupscope.analytics import jobs
-    from groupscope.analytics.io import session
-
-    job = jobs.parse_args("skew_job", argv)
-    spark = session("groupscope-skew")
-    try:
-        by_time, hourly = jobs.skew_frames(spark, job)
-        written = {**jobs.write(job, by_time, "snapshot_ts"),
-                   **jobs.write(job, hourly, "period_start")}
-    finally:
-        spark.stop()
-    print(json.dumps({"cluster": job.cluster, "start": job.interval.start.isoformat(),
-                      "end": job.interval.end.isoformat(), "rows": written}))
-    return 0
-
+from groupscope.analytics.jobs import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("skew", sys.argv[1:]))

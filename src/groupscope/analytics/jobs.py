@@ -163,3 +163,28 @@ def write(job: JobArgs, by_snapshot: list[tuple[str, Any]], ts_column: str) -> d
         return write_interval(engine, by_snapshot, job.cluster, ts_column, job.interval)
     finally:
         engine.dispose()
+
+
+def main(kind: str, argv: Sequence[str] | None = None) -> int:
+    """The spark-submit entrypoint of one job (``lag``, ``rebalance`` or ``skew``): computes
+    its marts for the interval, replaces them in the warehouse, prints the rows written."""
+    import json
+
+    from groupscope.analytics.io import session
+
+    job = parse_args(f"{kind}_job", argv)
+    spark = session(f"groupscope-{kind}")
+    try:
+        if kind == "lag":
+            written = write(job, lag_frames(spark, job), "snapshot_ts")
+        else:
+            by_time, hourly = (rebalance_frames if kind == "rebalance" else skew_frames)(
+                spark, job)
+            written = {**write(job, by_time, "event_ts" if kind == "rebalance"
+                               else "snapshot_ts"),
+                       **write(job, hourly, "period_start")}
+    finally:
+        spark.stop()
+    print(json.dumps({"cluster": job.cluster, "start": job.interval.start.isoformat(),
+                      "end": job.interval.end.isoformat(), "rows": written}))
+    return 0
