@@ -13,7 +13,7 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
 
 from groupscope.analytics import lag as L  # noqa: E402
-from groupscope.analytics.io import _spark_schema  # noqa: E402
+from groupscope.analytics.io import spark_schema  # noqa: E402
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -23,7 +23,7 @@ def at(seconds: float) -> datetime:
 
 
 def frame(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> Any:
-    schema = _spark_schema(table)
+    schema = spark_schema(table)
     full = [{f.name: r.get(f.name) for f in schema.fields} for r in rows]
     return spark.createDataFrame([tuple(r.values()) for r in full], schema)
 

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from groupscope.analytics import rebalance as R
 from groupscope.analytics import skew as S
-from groupscope.analytics.io import _spark_schema
+from groupscope.analytics.io import spark_schema
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 
@@ -27,7 +27,7 @@ def naive(minutes: float) -> datetime:
 
 
 def frame(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> Any:
-    schema = _spark_schema(table)
+    schema = spark_schema(table)
     return spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows],
                                  schema)
 

@@ -78,7 +78,7 @@ def read_snapshot_table(spark: Any, root: Path, table: str, cluster: str, start:
     whose manifest is landed (a snapshot half-written by a crash is not read)."""
     from pyspark.sql import functions as F
 
-    schema = _spark_schema(table)
+    schema = spark_schema(table)
     paths = hour_dirs(root, table, cluster, start, end)
     if not paths:
         return spark.createDataFrame([], schema)
@@ -92,7 +92,7 @@ def read_snapshot_table(spark: Any, root: Path, table: str, cluster: str, start:
     return frame
 
 
-def _spark_schema(table: str) -> Any:
+def spark_schema(table: str) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(SCHEMAS[table])
