@@ -116,14 +116,11 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     # A deterministic query key (with the log partition): monotonically_increasing_id would be
     # recomputed differently by each branch of the plan that reads it.
     qid = F.concat_ws("|", F.col("group_id"), F.unix_micros("snapshot_ts").cast("string"))
-    # Only the columns the estimate needs travel through the joins and windows below; the
-    # result joins back to the full rows once.
-    queries = (lag.where(F.col("lag") > 0)
-               .select(*LOG_PARTITION, "snapshot_ts", "committed_offset", "high_watermark",
-                       qid.alias("_qid"))
+    queries = (lag.withColumn("_qid", qid)
                .join(history.select(*LOG_PARTITION, "snapshot_ts", "segment"),
-                     [*LOG_PARTITION, "snapshot_ts"]))
-    needs = queries.cache()
+                     [*LOG_PARTITION, "snapshot_ts"], "left"))
+    queries = queries.cache()
+    needs = queries.where((F.col("lag") > 0) & F.col("segment").isNotNull())
     point = F.struct(F.col("high_watermark").alias("hw"), F.col("_t").alias("t"))
     points = history.select(*segment_keys, F.col("high_watermark").alias("_value"),
                             F.col("_t"), F.lit(1).alias("_kind"),
@@ -178,7 +175,7 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
                                                     F.lit("at_least").alias("k"))))
     found = found.select(*query_key, appended_at.alias("_appended"))
 
-    result = lag.withColumn("_qid", qid).join(found, query_key, "left")
+    result = queries.join(found, query_key, "left")
     now = _seconds("snapshot_ts")
     time_lag = (F.when(F.col("lag").isNull(), F.lit(None))
                 .when(F.col("lag") <= 0, F.lit(0.0))
@@ -189,7 +186,7 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
             .otherwise(F.coalesce(F.col("_appended")["k"], F.lit("unknown"))))
     return (result.withColumn("time_lag_estimated_s", time_lag)
             .withColumn("time_lag_kind", kind)
-            .drop("_qid", "_appended"))
+            .drop("_qid", "_appended", "segment"))
 
 
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
