@@ -148,7 +148,7 @@ def test_lag_job_rerun_and_backfill(landed: dict[str, Any], spark: Any, postgres
     start = stamps[0]
     end = stamps[-1] + timedelta(seconds=1)
     job = _job(landed, start, end, postgres.url)
-    written = jobs.write(job, jobs.lag_frames(spark, job), "snapshot_ts")
+    written = jobs.run(spark, job, "lag")
     # Two groups x two partitions (the stuck group only one) x 22 snapshots, less the
     # snapshots before the slow group's first commit or assignment.
     assert written["partition_lag"] >= 22 * 2
@@ -156,7 +156,7 @@ def test_lag_job_rerun_and_backfill(landed: dict[str, Any], spark: Any, postgres
         warehouse_engine, "partition_lag", landed["cluster"])})
     first = {t: _mart(warehouse_engine, t, landed["cluster"]) for t in LAG_MARTS}
 
-    jobs.write(job, jobs.lag_frames(spark, job), "snapshot_ts")  # a rerun
+    jobs.run(spark, job, "lag")  # a rerun
     _same({t: _mart(warehouse_engine, t, landed["cluster"]) for t in LAG_MARTS}, first)
 
     # A backfill of the same span, four intervals one by one, gives the same rows.
@@ -167,7 +167,7 @@ def test_lag_job_rerun_and_backfill(landed: dict[str, Any], spark: Any, postgres
     cuts = [start + (end - start) * k / 4 for k in range(5)]
     for a, b in itertools.pairwise(cuts):
         piece = _job(landed, a, b, postgres.url)
-        jobs.write(piece, jobs.lag_frames(spark, piece), "snapshot_ts")
+        jobs.run(spark, piece, "lag")
     _same({t: _mart(warehouse_engine, t, landed["cluster"]) for t in LAG_MARTS}, first)
 
     statuses = {r[2]: r[3] for r in _mart(warehouse_engine, "group_status", landed["cluster"])}
@@ -178,7 +178,7 @@ def test_estimated_time_lag_against_the_exact_record_timestamp(
         landed: dict[str, Any], spark: Any, postgres: Any, warehouse_engine: Any) -> None:
     stamps = landed["stamps"]
     job = _job(landed, stamps[0], stamps[-1] + timedelta(seconds=1), postgres.url)
-    jobs.write(job, jobs.lag_frames(spark, job), "snapshot_ts")
+    jobs.run(spark, job, "lag")
     with warehouse_engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT snapshot_ts, time_lag_estimated_s, time_lag_exact_s, time_lag_kind "
@@ -206,12 +206,8 @@ def test_rebalance_and_skew_jobs_rerun_identically(landed: dict[str, Any], spark
     job = _job(landed, first_hour, end, postgres.url)
     results = []
     for _ in range(2):
-        events, hourly = jobs.rebalance_frames(spark, job)
-        jobs.write(job, events, "event_ts")
-        jobs.write(job, hourly, "period_start")
-        skew, strategy = jobs.skew_frames(spark, job)
-        jobs.write(job, skew, "snapshot_ts")
-        jobs.write(job, strategy, "period_start")
+        jobs.run(spark, job, "rebalance")
+        jobs.run(spark, job, "skew")
         results.append({t: _mart(warehouse_engine, t, landed["cluster"]) for t in (
             "rebalance_events", "rebalance_hourly", "group_skew", "strategy_skew_hourly")})
     assert results[0] == results[1]
@@ -237,12 +233,8 @@ def test_hourly_jobs_backfill_equals_hour_by_hour(landed: dict[str, Any], spark:
 
     def run(a: datetime, b: datetime) -> None:
         job = _job(data, a, b, postgres.url)
-        events, hourly = jobs.rebalance_frames(spark, job)
-        jobs.write(job, events, "event_ts")
-        jobs.write(job, hourly, "period_start")
-        skew, strategy = jobs.skew_frames(spark, job)
-        jobs.write(job, skew, "snapshot_ts")
-        jobs.write(job, strategy, "period_start")
+        jobs.run(spark, job, "rebalance")
+        jobs.run(spark, job, "skew")
 
     def clear() -> None:
         with warehouse_engine.begin() as conn:

@@ -24,7 +24,7 @@ from kafkautil import admin, create_topic, take_snapshot, wait_until
 
 from groupscope.devstack.kafka import KafkaCluster
 from groupscope.offsets import store
-from groupscope.offsets.events import EVENT_SCHEMAS
+from groupscope.offsets.events import EVENT_KEYS, EVENT_SCHEMAS
 from groupscope.offsets.ingest import IngestSettings, consumer_config, ingest, topic_resolver
 from groupscope.offsets.timeline import build_timeline
 
@@ -307,14 +307,12 @@ def test_commit_counts_transactions_reruns_and_a_killed_ingest(
     assert json.loads(finished.stdout)["complete"] is True
     assert len(store.batches(killed, "it")) > partial
 
-    def keys(root: Path) -> list[tuple[int, int]]:
+    def keys(root: Path) -> list[tuple[Any, ...]]:
+        """Every landed row by its table's natural key (EVENT_KEYS)."""
         out = []
-        for name in EVENT_SCHEMAS:
-            table = store.read_events(root, "it", name)
-            if name in ("generation_members", "member_partitions", "topic_metadata"):
-                continue  # child rows repeat their record's offset
-            out += list(zip(table.column("source_partition").to_pylist(),
-                            table.column("source_offset").to_pylist(), strict=True))
+        for name, key in EVENT_KEYS.items():
+            table = store.read_events(root, "it", name).select(list(key))
+            out += [(name, *row.values()) for row in table.to_pylist()]
         return out
 
     killed_keys = keys(killed)

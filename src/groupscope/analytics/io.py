@@ -25,16 +25,6 @@ class Interval:
         if self.end <= self.start:
             raise ValueError(f"empty interval {self.start} .. {self.end}")
 
-    def hours(self) -> list[Interval]:
-        """The interval cut into whole hours (a backfill runs these one by one or at once)."""
-        out, cursor = [], self.start
-        while cursor < self.end:
-            nxt = min(cursor.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1),
-                      self.end)
-            out.append(Interval(cursor, nxt))
-            cursor = nxt
-        return out
-
 
 def session(app: str, master: str | None = None, cores: int = 2,
             driver_memory: str | None = None) -> Any:

@@ -165,9 +165,22 @@ def write(job: JobArgs, by_snapshot: list[tuple[str, Any]], ts_column: str) -> d
         engine.dispose()
 
 
+def run(spark: Any, job: JobArgs, kind: str) -> dict[str, int]:
+    """Computes one job's marts (``lag``, ``rebalance`` or ``skew``) for the interval and
+    replaces them in the warehouse; returns the rows written per mart."""
+    if kind == "lag":
+        return write(job, lag_frames(spark, job), "snapshot_ts")
+    if kind == "rebalance":
+        by_time, hourly = rebalance_frames(spark, job)
+        return {**write(job, by_time, "event_ts"), **write(job, hourly, "period_start")}
+    if kind == "skew":
+        by_time, hourly = skew_frames(spark, job)
+        return {**write(job, by_time, "snapshot_ts"), **write(job, hourly, "period_start")}
+    raise ValueError(f"unknown job {kind!r}: lag, rebalance or skew")
+
+
 def main(kind: str, argv: Sequence[str] | None = None) -> int:
-    """The spark-submit entrypoint of one job (``lag``, ``rebalance`` or ``skew``): computes
-    its marts for the interval, replaces them in the warehouse, prints the rows written."""
+    """The spark-submit entrypoint of one job: prints the rows written per mart as JSON."""
     import json
 
     from groupscope.analytics.io import session
@@ -175,14 +188,7 @@ def main(kind: str, argv: Sequence[str] | None = None) -> int:
     job = parse_args(f"{kind}_job", argv)
     spark = session(f"groupscope-{kind}")
     try:
-        if kind == "lag":
-            written = write(job, lag_frames(spark, job), "snapshot_ts")
-        else:
-            by_time, hourly = (rebalance_frames if kind == "rebalance" else skew_frames)(
-                spark, job)
-            written = {**write(job, by_time, "event_ts" if kind == "rebalance"
-                               else "snapshot_ts"),
-                       **write(job, hourly, "period_start")}
+        written = run(spark, job, kind)
     finally:
         spark.stop()
     print(json.dumps({"cluster": job.cluster, "start": job.interval.start.isoformat(),

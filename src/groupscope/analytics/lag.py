@@ -39,7 +39,6 @@ from pyspark.sql import functions as F
 
 GROUP_PARTITION = ["cluster", "group_id", "topic", "partition"]
 LOG_PARTITION = ["cluster", "topic", "partition"]
-TIME_LAG_KINDS = ("interpolated", "extrapolated", "at_least", "caught_up", "unknown")
 
 
 def _seconds(column: str) -> Column:

@@ -214,10 +214,6 @@ class Record:
     value: Value | None
 
     @property
-    def group_id(self) -> str:
-        return self.key.group_id
-
-    @property
     def is_tombstone(self) -> bool:
         return self.value is None
 

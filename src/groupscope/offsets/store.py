@@ -49,10 +49,6 @@ class Batch:
     first_offset: int
     next_offset: int
 
-    def manifest(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.path / MANIFEST).read_text())
-        return data
-
     def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
         path = self.path / f"{table}.parquet"
         if not path.exists():
