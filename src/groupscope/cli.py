@@ -59,11 +59,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
         landed = land(snapshot, Path(args.land))
         if args.warehouse:
-            _load(args.warehouse, landed.read(), snapshot)
+            _load(args.warehouse, lambda engine, wh: wh.load_landed(engine, landed))
     elif args.warehouse:
         from groupscope.tables import to_tables
 
-        _load(args.warehouse, to_tables(snapshot), snapshot)
+        def load_unlanded(engine: Any, wh: Any) -> None:
+            wh.load_snapshot(engine, to_tables(snapshot))
+            wh.load_whatif(engine, snapshot)
+
+        _load(args.warehouse, load_unlanded)
     if args.format == "json":
         _print_json(snapshot_json(snapshot))
     else:
@@ -71,14 +75,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(url: str, tables: Any, snapshot: Any) -> None:
+def _load(url: str, load: Any) -> None:
     from groupscope import warehouse
 
     engine = warehouse.engine_for(url)
     try:
         warehouse.migrate(engine)
-        warehouse.load_snapshot(engine, tables)
-        warehouse.load_whatif(engine, snapshot)
+        load(engine, warehouse)
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(f"{exc} (landed data, if any, is kept)", EXIT_UNAVAILABLE) from None
     finally:
@@ -103,7 +106,7 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
             if (s.cluster, s.snapshot_ts) not in loaded
         ]
         for landed in pending:
-            warehouse.load_snapshot(engine, landed.read())
+            warehouse.load_landed(engine, landed)
         print(f"loaded {len(pending)} landed snapshot(s) not yet in the warehouse")
         return 0
     except warehouse.WarehouseUnavailable as exc:

@@ -124,6 +124,17 @@ def load_snapshot(engine: Engine, tables: dict[str, pa.Table]) -> None:
                           manifest[0]["cluster"], manifest[0]["snapshot_ts"])
 
 
+def load_landed(engine: Engine, landed: Any) -> None:
+    """Loads one landed snapshot (a ``landing.LandedSnapshot``): its raw tables and its
+    what-if mart, in one transaction."""
+    tables = landed.read()
+    params = {"cluster": landed.cluster, "start": landed.snapshot_ts}
+    with _connect(engine) as conn, conn.begin():
+        _replace_in(conn, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
+                    "snapshot_ts = :start", params)
+        _replace_in(conn, "mart", landed.read_whatif(), "snapshot_ts = :start", params)
+
+
 def load_whatif(engine: Engine, snapshot: Any) -> list[tuple[str, pa.Table]]:
     """Computes and loads the assignment what-if mart of one snapshot
     (mart.assignment_whatif, mart.assignment_advice); returns what it loaded."""
@@ -152,12 +163,16 @@ def replace_interval_rows(engine: Engine, schema: str, tables: list[tuple[str, p
 def _replace(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]], where: str,
              params: dict[str, Any]) -> None:
     with _connect(engine) as conn, conn.begin():
-        for name, table in tables:
-            conn.execute(
-                text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"),
-                params,
-            )
-            _copy(conn, f"{schema}.{name}", table)
+        _replace_in(conn, schema, tables, where, params)
+
+
+def _replace_in(conn: Any, schema: str, tables: list[tuple[str, pa.Table]], where: str,
+                params: dict[str, Any]) -> None:
+    for name, table in tables:
+        conn.execute(
+            text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"), params,
+        )
+        _copy(conn, f"{schema}.{name}", table)
 
 
 def _copy(conn: Any, qualified_name: str, table: pa.Table) -> None:
@@ -176,12 +191,16 @@ def _rows(table: pa.Table, columns: list[str]) -> Iterable[tuple[Any, ...]]:
     return zip(*data, strict=True)
 
 
-def loaded_snapshot_keys(engine: Engine, cluster: str | None = None) -> set[tuple[str, Any]]:
-    query = "SELECT cluster, snapshot_ts FROM raw.snapshots"
+def loaded_snapshot_keys(engine: Engine, cluster: str | None = None,
+                         since: Any = None) -> set[tuple[str, Any]]:
+    query = "SELECT cluster, snapshot_ts FROM raw.snapshots WHERE true"
     params: dict[str, Any] = {}
     if cluster:
-        query += " WHERE cluster = :cluster"
+        query += " AND cluster = :cluster"
         params["cluster"] = cluster
+    if since is not None:
+        query += " AND snapshot_ts >= :since"
+        params["since"] = since
     with _connect(engine) as conn:
         return {(r.cluster, r.snapshot_ts) for r in conn.execute(text(query), params)}
 

@@ -270,6 +270,9 @@ ADVICE_SCHEMA = pa.schema([
 ])
 
 
+WHATIF_SCHEMAS = {"assignment_whatif": WHATIF_SCHEMA, "assignment_advice": ADVICE_SCHEMA}
+
+
 def mart_tables(snapshot: Snapshot) -> list[tuple[str, pa.Table]]:
     """The what-if of every group of a snapshot, as the two mart tables (in load order)."""
     head = {"cluster": snapshot.cluster, "snapshot_ts": snapshot.snapshot_ts}

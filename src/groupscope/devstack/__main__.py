@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +79,7 @@ class Stack:
         return env
 
     def down(self) -> None:
+        _stop_airflow(self.state_dir / "airflow.pid")
         layout = self.layout()
         if layout is None:
             say("nothing to stop")
@@ -102,34 +102,42 @@ class Stack:
                 f"PostgreSQL :{postgres.port}: {'up' if postgres.running() else 'DOWN'}")
 
 
+def _stop_airflow(pid_file: Path) -> None:
+    """Stops an ``airflow standalone`` that a ``run`` in another terminal started."""
+    import os
+
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        say("stopping Airflow")
+        time.sleep(15 if sig == signal.SIGINT else 0)
+    pid_file.unlink(missing_ok=True)
+
+
 def _describe(layout: dict[str, Any]) -> str:
     return (f"Kafka {layout['kafka_version']} x{layout['brokers']} on :{layout['kafka_port']}, "
             f"PostgreSQL on :{layout['pg_port']}")
 
 
 def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
-    """The local stack, the demo workload and a snapshot table every ``--every`` seconds,
-    each snapshot landed and loaded into the warehouse. Ctrl-C stops everything."""
-    from groupscope import warehouse
-    from groupscope.cli import ingest_offsets, take_snapshot
-    from groupscope.config import ClusterConfig
+    """The local stack (Kafka, PostgreSQL), the demo workload and ``airflow standalone`` with
+    the groupscope DAGs unpaused; prints where to look, then a status line every
+    ``--status-every`` seconds. Ctrl-C (or ``./run stop`` elsewhere) stops everything."""
+    from groupscope.devstack.airflow import (
+        LocalAirflow,
+        kafka_connection,
+        spark_connection,
+        warehouse_connection,
+    )
     from groupscope.devstack.demo import Demo
-    from groupscope.landing import land
-    from groupscope.offsets import store
-    from groupscope.offsets.events import EVENT_SCHEMAS
-    from groupscope.offsets.timeline import all_timelines
-    from groupscope.report import rebalance_summary, snapshot_table
+    from groupscope.devstack.ports import free_ports
 
-    env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port)
-    demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
-                kip848=not args.kafka_version.startswith("3."))
-    say("starting the demo workload: a producer and seven consumer groups "
-        "(range, roundrobin, cooperative-sticky with churn, static, KIP-848, assign-only, "
-        "empty)")
-    demo.start()
-    cluster = ClusterConfig.from_cli(env["KAFKA_BOOTSTRAP"], name="local")
-    landing_root = stack.state_dir / "landing"
-    engine = warehouse.engine_for(env["WAREHOUSE_URL"])
     stop_requested = False
 
     def request_stop(*_: object) -> None:
@@ -137,56 +145,121 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         stop_requested = True
 
     signal.signal(signal.SIGTERM, request_stop)
-    started = time.monotonic()
-    rounds = 0
+    say("step 1/4: Kafka and PostgreSQL")
+    env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port)
+    demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
+                kip848=not args.kafka_version.startswith("3."))
+    say("step 2/4: the demo workload: a producer and seven consumer groups (range, "
+        "roundrobin, cooperative-sticky with churn, static, KIP-848, assign-only, empty)")
+    demo.start()
+    landing = stack.state_dir / "landing"
+    alert_log = stack.state_dir / "alerts.jsonl"
+    worker_logs, trigger_logs = free_ports(2)
+    airflow = LocalAirflow(
+        stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
+        dict([kafka_connection("local", {"bootstrap.servers": env["KAFKA_BOOTSTRAP"]}),
+              warehouse_connection(env["WAREHOUSE_URL"]), spark_connection("local[2]")])
+        | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
+           "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
+           "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
+           "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule})
     try:
-        say(f"waiting {args.settle:.0f}s for the groups to form")
-        _sleep_unless(lambda: stop_requested, args.settle)
+        say("step 3/4: airflow standalone (scheduler, DAG processor, API server, triggerer); "
+            f"the first start migrates its database, about a minute; log: "
+            f"{airflow.home / 'standalone.log'}")
+        airflow.start()
+        (stack.state_dir / "airflow.pid").write_text(str(airflow.process.pid)
+                                                     if airflow.process else "")
+        airflow.wait_ready()
+        say("step 4/4: waiting for the DAGs to be parsed, then unpausing them")
+        dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
+        for dag_id in dag_ids:
+            airflow.unpause(dag_id)
+        print(_banner(airflow, env, stack, landing, alert_log, dag_ids), flush=True)
+        started = time.monotonic()
         while not stop_requested:
-            snapshot = take_snapshot(cluster, 15.0, datetime.now(UTC))
-            landed = land(snapshot, landing_root)
-            warehouse.load_snapshot(engine, landed.read())
-            marts = dict(warehouse.load_whatif(engine, snapshot))
-            rounds += 1
-            print(snapshot_table(snapshot), flush=True)
-            advice = marts["assignment_advice"].to_pylist()
-            if advice:
-                print("\nassignment advice:")
-                for row in advice:
-                    print(f"  {row['group_id']}: {row['recommendation']} ({row['reason']})")
-            ingested = ingest_offsets(cluster, landing_root, 15.0, 60.0, 50_000)
-            # Everything but the commits (the bulk, and not needed for the timeline).
-            events: dict[str, list[dict[str, Any]]] = {
-                name: store.read_events(landing_root, cluster.name, name).to_pylist()
-                for name in EVENT_SCHEMAS if name != "offset_commits"}
-            print(f"\nrebalances, exact, from __consumer_offsets ({ingested.records:,} new "
-                  "records ingested; `groupscope rebalances --group G` shows one group's):")
-            print(rebalance_summary(all_timelines(events)), flush=True)
-            print(
-                f"\nlanded under {landing_root}; loaded into "
-                f"{warehouse.safe_url(env['WAREHOUSE_URL'])}: raw.*, raw.latest_group_lag, "
-                "mart.assignment_whatif, mart.assignment_advice\n"
-                f"Kafka: {env['KAFKA_BOOTSTRAP']}   warehouse: "
-                f"{warehouse.safe_url(env['WAREHOUSE_URL'])} (full URL in {stack.env_file})\n",
-                flush=True,
-            )
-            if args.once or (args.duration and time.monotonic() - started >= args.duration):
+            _sleep_unless(lambda: stop_requested, args.status_every)
+            if stop_requested or (args.duration and time.monotonic() - started >= args.duration):
                 break
             churn = demo.churn_once()
-            if churn:
-                say(f"churn: {churn}")
-            _sleep_unless(lambda: stop_requested, args.every)
+            print(_status(airflow, dag_ids, env["WAREHOUSE_URL"], alert_log)
+                  + (f" | demo churn: {churn}" if churn else ""), flush=True)
     except KeyboardInterrupt:
         pass
     finally:
+        say("stopping Airflow")
+        airflow.stop()
         say("stopping the demo workload")
         demo.stop()
-        engine.dispose()
         if args.keep:
-            say("the stack keeps running (dev/stack down stops it)")
+            say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
         else:
             stack.down()
-    return 0 if rounds else 1
+    return 0
+
+
+def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not stop():
+        found = sorted(d for d in airflow.dag_ids() if d.startswith("groupscope_"))
+        if len(found) >= 3:
+            return found
+        time.sleep(3)
+    raise StackError("the groupscope DAGs were not parsed in time; see "
+                     f"{airflow.home / 'standalone.log'} and the DAG processor's log")
+
+
+def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, alert_log: Path,
+            dag_ids: list[str]) -> str:
+    from groupscope.warehouse import safe_url
+
+    return "\n".join([
+        "",
+        "groupscope is running.",
+        f"  Airflow UI      {airflow.url}   login: admin / {airflow.password()}",
+        f"  DAGs            {', '.join(dag_ids)}",
+        f"  warehouse       {safe_url(env['WAREHOUSE_URL'])}   (full URL in {stack.env_file})",
+        "                  e.g. psql \"$(grep WAREHOUSE_URL " + str(stack.env_file)
+        + " | cut -d= -f2-)\" -c 'SELECT * FROM mart.group_lag ORDER BY snapshot_ts DESC"
+        " LIMIT 20'",
+        "  dashboards      the Grafana dashboards are not built yet; they will read the"
+        " mart.* tables above",
+        f"  Kafka           {env['KAFKA_BOOTSTRAP']}",
+        f"  landing zone    {landing}",
+        f"  alerts          {alert_log} (and the webhook of the groupscope_alerts connection)",
+        "Ctrl-C, or ./run stop in another terminal, stops everything.",
+        "",
+    ])
+
+
+def _status(airflow: Any, dag_ids: list[str], warehouse_url: str, alert_log: Path) -> str:
+    from groupscope import warehouse
+    from groupscope.alerts import read_log
+
+    parts = [time.strftime("%H:%M:%S")]
+    for dag_id in dag_ids:
+        try:
+            runs = airflow.dag_runs(dag_id)
+        except OSError as exc:
+            parts.append(f"{dag_id}: Airflow API unreachable ({exc})")
+            break
+        states: dict[str, int] = {}
+        for run in runs:
+            states[run["state"]] = states.get(run["state"], 0) + 1
+        short = dag_id.removeprefix("groupscope_")
+        parts.append(f"{short}: " + (", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                                     or "no runs yet"))
+    engine = warehouse.engine_for(warehouse_url)
+    try:
+        keys = warehouse.loaded_snapshot_keys(engine)
+        parts.append(f"warehouse: {len(keys)} snapshots")
+    except warehouse.WarehouseUnavailable:
+        parts.append("warehouse: unreachable")
+    finally:
+        engine.dispose()
+    alerts = read_log(alert_log)
+    parts.append(f"alerts: {len(alerts)}" + (f" (last: {alerts[-1]['title']})" if alerts else ""))
+    return " | ".join(parts)
 
 
 def _sleep_unless(stop: Any, seconds: float) -> None:
@@ -208,13 +281,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--kafka-port", type=int, default=DEFAULT_BROKER_PORT)
         p.add_argument("--pg-port", type=int, default=DEFAULT_PG_PORT)
     run = sub.choices["run"]
-    run.add_argument("--every", type=float, default=30.0, help="seconds between snapshots")
-    run.add_argument("--settle", type=float, default=20.0,
-                     help="seconds to let the groups form before the first snapshot")
-    run.add_argument("--once", action="store_true", help="one snapshot, then stop")
+    run.add_argument("--every", type=float, default=60.0,
+                     help="seconds between snapshots (the snapshot DAG's schedule)")
+    run.add_argument("--analytics-schedule", default="*/10 * * * *",
+                     help="cron schedule of the analytics DAG (UTC)")
+    run.add_argument("--airflow-port", type=int, default=8080, help="the Airflow UI and API")
+    run.add_argument("--status-every", type=float, default=60.0,
+                     help="seconds between status lines")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--keep", action="store_true", help="leave the stack running at the end")
-    sub.add_parser("down", help="stop everything and remove its data")
+    sub.add_parser("down", help="stop everything (Airflow too) and remove its data")
     sub.add_parser("status", help="what is running")
     args = parser.parse_args(argv)
     stack = Stack(Path(args.state_dir).resolve(), Path(args.env_file).resolve())

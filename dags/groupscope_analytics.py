@@ -1,0 +1,85 @@
+"""Analytics DAGs: one per watched Kafka cluster. The Spark jobs (lag, rebalance, skew) over
+the run's data interval, then the data-quality gate over the marts they wrote."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import Asset, CronDataIntervalTimetable, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+from groupscope_airflow import (
+    SETTINGS,
+    START,
+    TAGS,
+    AnalyticsJobOperator,
+    cluster_name,
+    default_args,
+    kafka_connection_ids,
+    run_interval,
+    warehouse_url,
+)
+
+DOC = """
+### groupscope analytics: `{cluster}`
+{when}: three Spark jobs (`spark_jobs/`, submitted through the `{spark}` connection) over the
+run's data interval of cluster `{cluster}`, each replacing exactly its interval's rows
+(a rerun or a backfill leaves the same rows):
+
+1. `lag`: `mart.partition_lag` (lag in offsets and seconds, rates, catch-up time), the
+   member / topic / group / cluster roll-ups, and consumer status (`mart.partition_status`,
+   `mart.group_status`);
+2. `rebalance`: `mart.rebalance_events`, `mart.rebalance_hourly` (whole hours: the interval
+   is widened to the hour);
+3. `skew`: `mart.group_skew`, `mart.strategy_skew_hourly` (whole hours).
+
+Then the `marts` quality suite (results in `ops.quality_results`): log start <= committed <=
+high watermark unless flagged, lag consistency, closed status sets, and completeness (one lag
+row per partition of every loaded snapshot). A failure fails the run with an alert.
+Backfill with `airflow dags backfill`; each run processes only its own interval.
+"""
+
+
+def analytics_dag(conn_id: str) -> None:
+    cluster = cluster_name(conn_id)
+    if SETTINGS.analytics_schedule == "assets":
+        schedule: object = [
+            Asset(name=f"groupscope_snapshots_{cluster}",
+                  uri=f"file://{SETTINGS.landing}/snapshots/snapshots/cluster={cluster}")]
+        when = f"When new snapshots land (Asset `groupscope_snapshots_{cluster}`)"
+    else:
+        schedule = CronDataIntervalTimetable(SETTINGS.analytics_schedule, timezone="UTC")
+        when = f"On the schedule `{SETTINGS.analytics_schedule}` (UTC)"
+
+    @dag(dag_id=f"groupscope_analytics_{cluster}", schedule=schedule, start_date=START,
+         catchup=False, max_active_runs=1, tags=[*TAGS, "analytics", cluster],
+         params={"cluster": cluster}, default_args=default_args(timeout=timedelta(minutes=45)),
+         dagrun_timeout=timedelta(hours=3),
+         doc_md=DOC.format(cluster=cluster, when=when, spark=SETTINGS.spark_conn_id))
+    def analytics() -> None:
+        jobs = [
+            AnalyticsJobOperator(task_id=f"{job}_job", job=job, cluster=cluster,
+                                 landing=SETTINGS.landing, hourly=hourly,
+                                 conn_id=SETTINGS.spark_conn_id)
+            for job, hourly in (("lag", False), ("rebalance", True), ("skew", True))
+        ]
+
+        @task
+        def check_marts() -> dict[str, object]:
+            from groupscope import pipeline
+            from groupscope.quality import QualityGateFailed
+
+            start, end = run_interval(get_current_context())
+            try:
+                return pipeline.gate_marts(warehouse_url(), cluster, start, end,
+                                           datetime.now(UTC))
+            except QualityGateFailed as exc:
+                raise AirflowFailException(str(exc)) from None
+
+        # One after another: each job uses the cores Spark is given.
+        jobs[0] >> jobs[1] >> jobs[2] >> check_marts()
+
+    analytics()
+
+
+for _conn_id in kafka_connection_ids():
+    analytics_dag(_conn_id)

@@ -1,0 +1,56 @@
+"""Offsets-topic ingest DAGs: one per watched Kafka cluster. Every run lands the records of
+`__consumer_offsets` written since the last run (exact commit and rebalance history)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Asset, dag, task
+from groupscope_airflow import (
+    SETTINGS,
+    START,
+    TAGS,
+    KafkaClusterHook,
+    cluster_name,
+    default_args,
+    kafka_connection_ids,
+)
+
+DOC = """
+### groupscope offsets-topic ingest: `{cluster}`
+Every {every}: reads `__consumer_offsets` of cluster `{cluster}` (connection `{conn_id}`) from
+where the last run stopped to its end at the start of the run (`read_committed`), decodes
+every record (commits, classic generations, consumer-protocol epochs and assignments,
+deletions; unknown or undecodable records are kept with their bytes) and lands them as
+Parquet batches under `{landing}/offsets_topic/`. A killed or repeated run neither loses nor
+duplicates an event. Needs read access to `__consumer_offsets` (Describe/Read on the topic).
+"""
+
+
+def offsets_dag(conn_id: str) -> None:
+    cluster = cluster_name(conn_id)
+    landed = Asset(name=f"groupscope_offsets_{cluster}",
+                   uri=f"file://{SETTINGS.landing}/offsets_topic/cluster={cluster}")
+
+    @dag(dag_id=f"groupscope_offsets_{cluster}", schedule=SETTINGS.ingest_every,
+         start_date=START, catchup=False, max_active_runs=1,
+         tags=[*TAGS, "offsets-topic", cluster], params={"cluster": cluster},
+         default_args=default_args(timeout=timedelta(minutes=20)),
+         dagrun_timeout=timedelta(minutes=60),
+         doc_md=DOC.format(cluster=cluster, conn_id=conn_id, landing=SETTINGS.landing,
+                           every=SETTINGS.ingest_every))
+    def offsets() -> None:
+        from groupscope import pipeline
+
+        @task(outlets=[landed])
+        def ingest() -> dict[str, object]:
+            return pipeline.ingest(KafkaClusterHook(conn_id).cluster(), SETTINGS.landing,
+                                   SETTINGS.kafka_timeout_s, run_timeout_s=15 * 60)
+
+        ingest()
+
+    offsets()
+
+
+for _conn_id in kafka_connection_ids():
+    offsets_dag(_conn_id)

@@ -1,0 +1,208 @@
+"""Airflow glue for groupscope: where the watched clusters, the warehouse and the alert webhook
+come from (Airflow connections), the settings the DAGs read, the failure notifier and the
+Spark job operator. The work itself is in the ``groupscope`` library (``groupscope.pipeline``);
+this module only adapts it to Airflow, and Airflow imports it in every process, so it stays
+small and imports nothing heavy at the top.
+
+Connections:
+
+- one per watched Kafka cluster, of type ``kafka`` (the Kafka provider's), whose extra is the
+  librdkafka client config (``bootstrap.servers``, SASL settings, ...). The cluster is named
+  after the connection id without its ``kafka_`` prefix (``kafka_prod_eu`` watches
+  ``prod_eu``). By default every ``AIRFLOW_CONN_*`` environment connection of type kafka is
+  watched; ``GROUPSCOPE_KAFKA_CONNECTIONS`` (comma-separated ids) names them instead, e.g. for
+  connections kept in the metadata database or a secrets backend.
+- ``groupscope_warehouse`` (postgres): the warehouse.
+- ``groupscope_alerts`` (optional, any type): the alert webhook URL in its password.
+- ``spark_default`` (spark): ``local[2]`` locally, a cluster's master URL in production.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, BaseNotifier
+
+WAREHOUSE_CONN_ID = "groupscope_warehouse"
+ALERTS_CONN_ID = "groupscope_alerts"
+_KAFKA_PREFIX = "kafka_"
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the DAGs are configured with (environment variables, read at parse time)."""
+
+    landing: Path
+    snapshot_every: timedelta
+    ingest_every: timedelta
+    analytics_schedule: str  # a cron expression, or "assets": run when new data lands
+    kafka_timeout_s: float
+    retries: int
+    retry_delay: timedelta
+    spark_conn_id: str
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow"))
+        return cls(
+            landing=Path(os.environ.get("GROUPSCOPE_LANDING") or home / "groupscope-landing"),
+            snapshot_every=timedelta(seconds=_env_float("GROUPSCOPE_SNAPSHOT_EVERY_S", 60)),
+            ingest_every=timedelta(seconds=_env_float("GROUPSCOPE_INGEST_EVERY_S", 300)),
+            analytics_schedule=os.environ.get("GROUPSCOPE_ANALYTICS_SCHEDULE") or "0 * * * *",
+            kafka_timeout_s=_env_float("GROUPSCOPE_KAFKA_TIMEOUT_S", 30),
+            retries=int(_env_float("GROUPSCOPE_RETRIES", 2)),
+            retry_delay=timedelta(seconds=_env_float("GROUPSCOPE_RETRY_DELAY_S", 30)),
+            spark_conn_id=os.environ.get("GROUPSCOPE_SPARK_CONN_ID") or "spark_default",
+        )
+
+
+def kafka_connection_ids() -> list[str]:
+    """The connections of the watched clusters (see the module doc)."""
+    named = os.environ.get("GROUPSCOPE_KAFKA_CONNECTIONS")
+    if named:
+        return [c.strip() for c in named.split(",") if c.strip()]
+    return sorted(key[len("AIRFLOW_CONN_"):].lower() for key, value in os.environ.items()
+                  if key.startswith("AIRFLOW_CONN_") and _is_kafka(value))
+
+
+def _is_kafka(value: str) -> bool:
+    if value.startswith("kafka://"):
+        return True
+    try:
+        return bool(json.loads(value).get("conn_type") == "kafka")
+    except (ValueError, AttributeError):
+        return False
+
+
+def cluster_name(conn_id: str) -> str:
+    return conn_id[len(_KAFKA_PREFIX):] if conn_id.startswith(_KAFKA_PREFIX) else conn_id
+
+
+class KafkaClusterHook(KafkaBaseHook):
+    """A watched cluster, from a ``kafka`` connection through the Kafka provider's hook."""
+
+    def cluster(self) -> Any:
+        from groupscope.pipeline import cluster_config
+
+        extra = self.get_connection(self.kafka_config_id).extra_dejson
+        return cluster_config(cluster_name(self.kafka_config_id), extra)
+
+
+def warehouse_url(conn_id: str = WAREHOUSE_CONN_ID) -> str:
+    """The warehouse's SQLAlchemy URL from its postgres connection (password included: pass
+    it on, never log it; Airflow masks connection passwords in task logs)."""
+    from sqlalchemy.engine import URL
+
+    conn = BaseHook.get_connection(conn_id)
+    return URL.create("postgresql", username=conn.login, password=conn.password,
+                      host=conn.host, port=conn.port,
+                      database=conn.schema or None).render_as_string(hide_password=False)
+
+
+class GroupscopeAlertNotifier(BaseNotifier):
+    """A failed task becomes an alert: the alert log always, the webhook when configured."""
+
+    def __init__(self, webhook_conn_id: str = ALERTS_CONN_ID) -> None:
+        super().__init__()
+        self.webhook_conn_id = webhook_conn_id
+
+    def notify(self, context: Any) -> None:
+        from groupscope.alerts import Alert, send
+
+        ti = context["ti"]
+        exception = context.get("exception")
+        reason = str(exception) if exception else "no exception was given"
+        labels = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                  "try": str(getattr(ti, "try_number", ""))}
+        cluster = (context.get("params") or {}).get("cluster")
+        if cluster:
+            labels["cluster"] = str(cluster)
+        send(Alert(severity="critical", title=f"{ti.dag_id}: task {ti.task_id} failed",
+                   text=reason, at=datetime.now(UTC), labels=labels),
+             webhook_url=self._webhook_url())
+
+    def _webhook_url(self) -> str | None:
+        try:
+            return BaseHook.get_connection(self.webhook_conn_id).password or None
+        except Exception:  # no such connection: the environment or the log alone
+            return None
+
+
+class AnalyticsJobOperator(SparkSubmitOperator):
+    """One analytics job (``spark_jobs/<job>_job.py``) over the run's data interval, with this
+    environment's pyspark and the warehouse from its connection. The interval, and the
+    environment that holds the warehouse password, are built when the task runs, so neither is
+    a rendered template field."""
+
+    def __init__(self, *, job: str, cluster: str, landing: Path, hourly: bool,
+                 warehouse_conn_id: str = WAREHOUSE_CONN_ID, **kwargs: Any) -> None:
+        from groupscope.sparksubmit import JOBS_DIR
+
+        super().__init__(application=str(JOBS_DIR / f"{job}_job.py"),
+                         name=f"groupscope-{job}-{cluster}",
+                         conf={"spark.ui.enabled": "false"}, **kwargs)
+        self.job, self.cluster, self.landing, self.hourly = job, cluster, landing, hourly
+        self.warehouse_conn_id = warehouse_conn_id
+
+    def execute(self, context: Any) -> None:
+        from groupscope.pipeline import analytics_interval
+        from groupscope.sparksubmit import environment
+
+        start, end = run_interval(context)
+        start, end = analytics_interval(start, end, self.hourly)
+        self.log.info("%s job for cluster %s over [%s, %s)", self.job, self.cluster,
+                      start.isoformat(), end.isoformat())
+        self.application_args = ["--landing", str(self.landing), "--cluster", self.cluster,
+                                 "--start", start.isoformat(), "--end", end.isoformat()]
+        spark_env = environment()
+        self.env_vars = {k: spark_env[k] for k in
+                         ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PATH")}
+        self.env_vars["WAREHOUSE_URL"] = warehouse_url(self.warehouse_conn_id)
+        self.env_vars.update({k: v for k, v in os.environ.items() if k.startswith("JAVA")})
+        super().execute(context)
+
+
+def run_interval(context: Any) -> tuple[datetime, datetime]:
+    """The run's data interval (see groupscope.pipeline.run_interval)."""
+    from groupscope.pipeline import run_interval as interval
+
+    return interval(context.get("data_interval_start"), context.get("data_interval_end"),
+                    context["dag_run"].run_after)
+
+
+SETTINGS = Settings.from_env()
+START = datetime(2026, 1, 1, tzinfo=UTC)
+TAGS = ["groupscope"]
+
+
+def default_args(timeout: timedelta) -> dict[str, Any]:
+    """Every task's: owner, retries with backoff, a timeout, the failure notifier."""
+    return {
+        "owner": "groupscope",
+        "retries": SETTINGS.retries,
+        "retry_delay": SETTINGS.retry_delay,
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=10),
+        "execution_timeout": timeout,
+        "on_failure_callback": [GroupscopeAlertNotifier()],
+    }
+
+
+class GroupscopePlugin(AirflowPlugin):
+    name = "groupscope"

@@ -1,0 +1,84 @@
+"""Alert notifications: one ``Alert`` shape, written to a local alert log (JSON lines, always)
+and posted to a webhook when one is configured (Slack-compatible ``{"text": ...}`` plus the
+structured fields). The webhook URL is a secret: it comes from the caller (an Airflow
+connection) or ``GROUPSCOPE_ALERT_WEBHOOK_URL`` and is never logged or written anywhere.
+
+Sending never raises: an alert that could not be delivered is still in the log, marked
+``delivered: false`` with the reason, because it is called from failure callbacks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ALERT_LOG_ENV = "GROUPSCOPE_ALERT_LOG"
+WEBHOOK_ENV = "GROUPSCOPE_ALERT_WEBHOOK_URL"
+
+
+@dataclass(frozen=True)
+class Alert:
+    severity: str  # critical | warning
+    title: str
+    text: str
+    at: datetime
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def message(self) -> str:
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        return f"[groupscope {self.severity}] {self.title}\n{self.text}" + (
+            f"\n({labels})" if labels else "")
+
+
+def default_log_path() -> Path:
+    return Path(os.environ.get(ALERT_LOG_ENV) or Path.home() / ".groupscope" / "alerts.jsonl")
+
+
+def send(alert: Alert, webhook_url: str | None = None, log_path: Path | None = None,
+         timeout_s: float = 10.0) -> dict[str, Any]:
+    """Logs the alert and posts it to the webhook, if any; returns the log entry."""
+    url = webhook_url or os.environ.get(WEBHOOK_ENV)
+    entry: dict[str, Any] = {**asdict(alert), "at": alert.at.isoformat()}
+    if url:
+        try:
+            _post(url, {**entry, "detail": alert.text, "text": alert.message()}, timeout_s)
+            entry["delivered"] = True
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            # The reason only: the URL (a secret) is not part of it.
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            entry["delivered"] = False
+            entry["delivery_error"] = f"webhook post failed: {reason}"
+            log.warning("alert %r not delivered: %s", alert.title, entry["delivery_error"])
+    else:
+        entry["delivered"] = None  # no webhook configured: the log is the only sink
+    path = log_path or default_log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+    log.error("%s", alert.message())
+    return entry
+
+
+def _post(url: str, body: dict[str, Any], timeout_s: float) -> None:
+    if not url.startswith(("https://", "http://")):
+        raise ValueError("the webhook URL must be http(s)")
+    request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
+        url, data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        response.read()
+
+
+def read_log(path: Path | None = None) -> list[dict[str, Any]]:
+    path = path or default_log_path()
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]

@@ -1,0 +1,215 @@
+"""The pipeline's stages as the scheduled tasks call them. Each stage takes everything it needs
+as arguments (the cluster, the landing root, the warehouse URL, the time), is one transaction
+or idempotent, and fails with ``StageFailed`` and a one-line reason an operator can act on.
+The Airflow DAGs (``dags/``) only wire these together; a test or a shell can call them alike.
+
+Flow, per cluster: ``collect`` lands a snapshot; ``gate_landed`` checks every landed snapshot
+not yet loaded (data-quality suite, ``groupscope.quality``) and rejects the bad ones;
+``load`` loads those that passed. ``ingest`` lands ``__consumer_offsets``. The analytics jobs
+run on Spark (``spark_jobs/``) over an interval (``analytics_interval``); ``gate_marts``
+checks what they wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from groupscope.config import ClusterConfig, ConfigError
+
+log = logging.getLogger(__name__)
+
+# How far back a run looks for landed snapshots not yet loaded (a warehouse outage shorter than
+# this loses nothing; a longer one needs `groupscope warehouse load`).
+DEFAULT_BACKLOG = timedelta(hours=24)
+# At most this many snapshots are checked and loaded by one run; the rest wait for the next.
+DEFAULT_MAX_PER_RUN = 240
+
+
+class StageFailed(RuntimeError):
+    """A stage could not do its work; the message says why and what was kept."""
+
+
+def cluster_config(name: str, client: Mapping[str, Any]) -> ClusterConfig:
+    """A cluster from its librdkafka client settings (e.g. an Airflow connection's extra)."""
+    try:
+        return ClusterConfig(name, {k: str(v) for k, v in client.items()})
+    except ConfigError as exc:
+        raise StageFailed(str(exc)) from None
+
+
+def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
+            timeout_s: float) -> dict[str, Any]:
+    """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe)."""
+    from groupscope.cli import CliError, take_snapshot
+    from groupscope.landing import land
+
+    try:
+        snapshot = take_snapshot(cluster, timeout_s, snapshot_ts)
+    except CliError as exc:
+        raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
+    landed = land(snapshot, landing)
+    summary = {
+        "cluster": cluster.name, "snapshot_id": landed.snapshot_id,
+        "snapshot_ts": snapshot.snapshot_ts.isoformat(), "groups": len(snapshot.groups),
+        "partitions": len(snapshot.partitions), "complete": snapshot.complete,
+        "errors": len(snapshot.errors),
+    }
+    if snapshot.errors:
+        # Partial: landed with its errors (raw.collection_errors), visible, not fatal.
+        log.warning("snapshot %s is partial: %d collection error(s), e.g. %s",
+                    landed.snapshot_id, len(snapshot.errors),
+                    "; ".join(f"{e.stage.value}: {e.message}" for e in snapshot.errors[:3]))
+    return summary
+
+
+def ingest(cluster: ClusterConfig, landing: Path, timeout_s: float,
+           run_timeout_s: float) -> dict[str, Any]:
+    """Lands ``__consumer_offsets`` from where the last run stopped; returns its summary."""
+    from groupscope.cli import CliError, ingest_offsets
+
+    try:
+        result = ingest_offsets(cluster, landing, timeout_s, run_timeout_s, 50_000)
+    except CliError as exc:
+        raise StageFailed(f"offsets ingest of cluster {cluster.name!r} failed: {exc}") \
+            from None
+    summary: dict[str, Any] = result.as_dict()
+    if not result.complete:
+        log.warning("offsets ingest of %s is incomplete; what was read is landed and the next "
+                    "run continues: %s", cluster.name, summary.get("incomplete"))
+    return summary
+
+
+def pending_snapshots(warehouse_url: str, landing: Path, cluster: str, now: datetime,
+                      backlog: timedelta = DEFAULT_BACKLOG) -> list[Any]:
+    """Landed snapshots of the last ``backlog`` not yet loaded and not rejected, oldest first."""
+    from groupscope import quality, warehouse
+    from groupscope.landing import landed_snapshots
+
+    since = now - backlog
+    engine = _engine(warehouse_url)
+    try:
+        loaded = warehouse.loaded_snapshot_keys(engine, cluster, since)
+    except warehouse.WarehouseUnavailable as exc:
+        raise StageFailed(f"{exc} (landed snapshots are kept and load later)") from None
+    finally:
+        engine.dispose()
+    rejected = quality.rejected_ids(landing, cluster)
+    return [s for s in landed_snapshots(landing, cluster, since)
+            if s.snapshot_ts >= since and (s.cluster, s.snapshot_ts) not in loaded
+            and s.snapshot_id not in rejected]
+
+
+def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: datetime,
+                max_snapshots: int = DEFAULT_MAX_PER_RUN) -> list[str]:
+    """Checks the pending landed snapshots (at most ``max_snapshots``, oldest first); keeps
+    every result in ``ops.quality_results``; rejects the failed ones (they stay landed, marked)
+    and raises ``QualityGateFailed`` if there were any. Returns the ids that passed."""
+    from groupscope import quality
+
+    pending = pending_snapshots(warehouse_url, landing, cluster, checked_at)[:max_snapshots]
+    results = [quality.check_landed(s) for s in pending]
+    _record(warehouse_url, results, checked_at)
+    for snapshot, result in zip(pending, results, strict=True):
+        if not result.success:
+            mark = quality.reject(snapshot, result)
+            log.error("rejected landed snapshot %s (mark: %s):\n%s", snapshot.snapshot_id,
+                      mark, result.summary())
+    if any(not r.success for r in results):
+        raise quality.QualityGateFailed(results)
+    return [s.snapshot_id for s in pending]
+
+
+def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str],
+         now: datetime, backlog: timedelta = DEFAULT_BACKLOG) -> int:
+    """Loads the given landed snapshots (ids from ``gate_landed``) into the warehouse, each in
+    one transaction; returns how many."""
+    from groupscope import warehouse
+    from groupscope.landing import landed_snapshots
+
+    wanted = set(snapshot_ids)
+    found = [s for s in landed_snapshots(landing, cluster, now - backlog)
+             if s.snapshot_id in wanted]
+    missing = wanted - {s.snapshot_id for s in found}
+    if missing:
+        raise StageFailed(f"landed snapshot(s) not found under {landing}: {sorted(missing)}")
+    engine = _engine(warehouse_url)
+    try:
+        for snapshot in found:
+            warehouse.load_landed(engine, snapshot)
+    except warehouse.WarehouseUnavailable as exc:
+        raise StageFailed(f"{exc} (landed snapshots are kept and load later)") from None
+    finally:
+        engine.dispose()
+    return len(found)
+
+
+def run_interval(start: datetime | None, end: datetime | None,
+                 run_after: datetime) -> tuple[datetime, datetime]:
+    """The interval a run processes: its data interval; a run without one (triggered by
+    landed data, or by hand without a logical date) processes the hour up to the run."""
+    if start is None or end is None or start >= end:
+        end = end if end is not None and start is not None and start == end else run_after
+        start = end - timedelta(hours=1)
+    return start, end
+
+
+def analytics_interval(start: datetime, end: datetime, hourly: bool) -> tuple[datetime, datetime]:
+    """The interval a job processes for a run's data interval: the rebalance and skew jobs
+    write hourly rows, so theirs is widened to whole hours (an hour is recomputed whole, never
+    in part); the lag job takes the interval as it is."""
+    if not hourly:
+        return start, end
+    floor = start.replace(minute=0, second=0, microsecond=0)
+    ceiling = end.replace(minute=0, second=0, microsecond=0)
+    if ceiling < end:
+        ceiling += timedelta(hours=1)
+    return floor, max(ceiling, floor + timedelta(hours=1))
+
+
+def gate_marts(warehouse_url: str, cluster: str, start: datetime, end: datetime,
+               checked_at: datetime) -> dict[str, Any]:
+    """Checks the marts of [start, end); keeps the result; raises ``QualityGateFailed`` if
+    the suite failed."""
+    from groupscope import quality, warehouse
+
+    engine = _engine(warehouse_url)
+    try:
+        result = quality.check_marts(engine, cluster, start, end)
+        quality.record(engine, [result], checked_at)
+    except warehouse.WarehouseUnavailable as exc:
+        raise StageFailed(str(exc)) from None
+    finally:
+        engine.dispose()
+    if not result.success:
+        raise quality.QualityGateFailed([result])
+    return {"subject": result.subject, "expectations": result.expectations}
+
+
+def _record(warehouse_url: str, results: list[Any], checked_at: datetime) -> None:
+    if not results:
+        return
+    from groupscope import quality, warehouse
+
+    engine = _engine(warehouse_url)
+    try:
+        quality.record(engine, results, checked_at)
+    except warehouse.WarehouseUnavailable as exc:
+        raise StageFailed(f"{exc} (landed snapshots are kept and load later)") from None
+    finally:
+        engine.dispose()
+
+
+def _engine(warehouse_url: str) -> Any:
+    from groupscope import warehouse
+
+    engine = warehouse.engine_for(warehouse_url)
+    try:
+        warehouse.migrate(engine)
+    except warehouse.WarehouseUnavailable as exc:
+        engine.dispose()
+        raise StageFailed(f"{exc} (landed data is kept and loads later)") from None
+    return engine

@@ -1,0 +1,328 @@
+"""The Airflow DAGs against the real things: every DAG parses and follows the policy;
+``dag.test()`` runs snapshot -> offsets ingest -> analytics (Spark local) -> quality against a
+real Kafka and PostgreSQL; a corrupt landed snapshot stops the load with an alert; a cluster
+that is down fails alone; and ``airflow standalone``'s scheduler runs the snapshot DAG on its
+schedule while the analytics DAG is triggered through the REST API v2.
+
+Airflow reads its configuration once per process, so each Airflow here runs in processes of
+its own (tests/airflow_harness.py for parsing and ``dag.test()``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from kafkautil import commit_offsets, create_topic, produce_counts
+from sqlalchemy import text
+
+from groupscope.alerts import read_log
+from groupscope.cli import take_snapshot
+from groupscope.config import ClusterConfig
+from groupscope.devstack.airflow import (
+    LocalAirflow,
+    kafka_connection,
+    spark_connection,
+    warehouse_connection,
+)
+from groupscope.devstack.kafka import KafkaCluster
+from groupscope.devstack.ports import free_ports
+from groupscope.devstack.postgres import LocalPostgres
+from groupscope.landing import land
+
+pytestmark = pytest.mark.integration
+HARNESS = Path(__file__).resolve().parents[1] / "airflow_harness.py"
+
+
+@dataclass
+class Deployment:
+    airflow: LocalAirflow
+    cluster: str
+    down: str
+    down_address: str
+    topic: str
+    group: str
+    landing: Path
+    alert_log: Path
+
+    def harness(self, *args: str, **env: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, str(HARNESS), *args],
+                              env={**self.airflow.environment(), **env}, capture_output=True,
+                              text=True,
+                              timeout=900, check=False)
+        lines = done.stdout.strip().splitlines()
+        assert done.returncode == 0 and lines, (
+            f"harness {args} exited {done.returncode}:\n{done.stderr[-4000:]}")
+        result: dict[str, Any] = json.loads(lines[-1])
+        result["log"] = done.stdout + done.stderr
+        return result
+
+
+def _deployment(home: Path, kafka: KafkaCluster, postgres: LocalPostgres,
+                with_down_cluster: bool, **settings: str) -> Deployment:
+    tag = uuid.uuid4().hex[:8]
+    cluster, down = f"af{tag}", f"down{tag}"
+    down_address = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+    landing, alert_log = home / "landing", home / "alerts.jsonl"
+    env = dict([kafka_connection(cluster, {"bootstrap.servers": kafka.bootstrap}),
+                warehouse_connection(postgres.url), spark_connection("local[2]")])
+    if with_down_cluster:
+        env.update([kafka_connection(down, {"bootstrap.servers": down_address})])
+    env.update({"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
+                "GROUPSCOPE_RETRY_DELAY_S": "1", "GROUPSCOPE_KAFKA_TIMEOUT_S": "5",
+                **settings})
+    api_port, worker_logs, trigger_logs = free_ports(3)
+    airflow = LocalAirflow(home / "airflow", api_port, (worker_logs, trigger_logs), env)
+    airflow.migrate()
+    topic, group = f"orders-{tag}", f"billing-{tag}"
+    create_topic(kafka.bootstrap, topic, 2)
+    produce_counts(kafka.bootstrap, topic, [30, 20])
+    commit_offsets(kafka.bootstrap, group, {(topic, 0): 10, (topic, 1): 20})
+    return Deployment(airflow, cluster, down, down_address, topic, group, landing, alert_log)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory, kafka: KafkaCluster,
+               postgres: LocalPostgres, warehouse_engine: Any) -> Deployment:
+    return _deployment(tmp_path_factory.mktemp("airflow-dagtest"), kafka, postgres,
+                       with_down_cluster=True)
+
+
+def _snapshot_count(engine: Any, cluster: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM raw.snapshots WHERE cluster = :c"),
+                                {"c": cluster}).scalar_one())
+
+
+def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None:
+    parsed = deployment.harness("parse")
+    assert parsed["import_errors"] == {}
+    dags = parsed["dags"]
+    for cluster in (deployment.cluster, deployment.down):
+        assert {f"groupscope_{kind}_{cluster}" for kind in ("snapshot", "offsets", "analytics")} \
+            <= set(dags)
+    assert len(dags) == 6
+    for dag_id, dag in dags.items():
+        assert "groupscope" in dag["tags"] and len(dag["tags"]) >= 3, dag_id
+        assert len(dag["doc_md"]) > 200, dag_id
+        assert dag["max_active_runs"] == 1 and dag["catchup"] is False, dag_id
+        for task_id, t in dag["tasks"].items():
+            where = f"{dag_id}.{task_id}"
+            assert t["owner"] == "groupscope", where
+            assert t["retries"] >= 2, where
+            assert t["execution_timeout_s"] and t["execution_timeout_s"] <= 3600, where
+            assert t["on_failure_callback"], where
+    snapshot = dags[f"groupscope_snapshot_{deployment.cluster}"]["tasks"]
+    assert snapshot["check_landed"]["upstream"] == ["collect"]
+    assert snapshot["load"]["upstream"] == ["check_landed"]
+    analytics = dags[f"groupscope_analytics_{deployment.cluster}"]["tasks"]
+    assert {analytics[j]["operator"] for j in ("lag_job", "rebalance_job", "skew_job")} == \
+        {"AnalyticsJobOperator"}
+    assert analytics["check_marts"]["upstream"] == ["skew_job"]
+    assert dags[f"groupscope_analytics_{deployment.cluster}"]["timetable"] == \
+        "CronDataIntervalTimetable"
+    assert dags[f"groupscope_snapshot_{deployment.cluster}"]["timetable"] == \
+        "DeltaTriggerTimetable"
+
+    # Analytics triggered by landed snapshots (Assets) instead of a schedule.
+    by_assets = deployment.harness("parse", GROUPSCOPE_ANALYTICS_SCHEDULE="assets")
+    assert by_assets["import_errors"] == {}
+    assert by_assets["dags"][f"groupscope_analytics_{deployment.cluster}"]["timetable"] == \
+        "AssetTriggeredTimetable"
+
+
+def test_dag_test_runs_snapshot_analytics_quality_chain(deployment: Deployment,
+                                                        warehouse_engine: Any) -> None:
+    d = deployment
+    for _ in range(2):
+        run = d.harness("test", f"groupscope_snapshot_{d.cluster}")
+        assert run["state"] == "success", run["log"][-3000:]
+        assert run["tasks"] == {"collect": "success", "check_landed": "success",
+                                "load": "success"}
+    ingest = d.harness("test", f"groupscope_offsets_{d.cluster}")
+    assert ingest["state"] == "success", ingest["log"][-3000:]
+    assert (d.landing / "offsets_topic" / f"cluster={d.cluster}").is_dir()
+
+    with warehouse_engine.connect() as conn:
+        stamps = [r[0] for r in conn.execute(text(
+            "SELECT snapshot_ts FROM raw.snapshots WHERE cluster = :c ORDER BY 1"),
+            {"c": d.cluster})]
+    assert len(stamps) == 2
+    # The hour of the last snapshot: a run whose data interval is that hour.
+    end = stamps[-1].replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    run = d.harness("test", f"groupscope_analytics_{d.cluster}", end.isoformat(),
+                    end.isoformat())
+    assert run["state"] == "success", run["log"][-5000:]
+    assert set(run["tasks"].values()) == {"success"}
+    start = end - timedelta(hours=1)
+    in_interval = [s for s in stamps if start <= s < end]
+
+    with warehouse_engine.connect() as conn:
+        lag = conn.execute(text(
+            "SELECT snapshot_ts, partition, committed_offset, high_watermark, lag"
+            " FROM mart.partition_lag WHERE cluster = :c AND group_id = :g"
+            " ORDER BY snapshot_ts, partition"), {"c": d.cluster, "g": d.group}).fetchall()
+        group_lag = conn.execute(text(
+            "SELECT lag FROM mart.group_lag WHERE cluster = :c AND group_id = :g"),
+            {"c": d.cluster, "g": d.group}).scalars().all()
+        status = conn.execute(text(
+            "SELECT count(*) FROM mart.group_status WHERE cluster = :c AND group_id = :g"),
+            {"c": d.cluster, "g": d.group}).scalar_one()
+        checks = conn.execute(text(
+            "SELECT suite, subject, success, expectations FROM ops.quality_results"
+            " WHERE cluster = :c"), {"c": d.cluster}).fetchall()
+    assert [(r.snapshot_ts, r.partition, r.committed_offset, r.high_watermark, r.lag)
+            for r in lag] == [(s, p, c, hw, hw - c) for s in in_interval
+                              for p, c, hw in ((0, 10, 30), (1, 20, 20))]
+    assert group_lag == [20] * len(in_interval)
+    assert status == len(in_interval)
+    landed_checks = [c for c in checks if c.suite == "landed_snapshot"]
+    assert len(landed_checks) == 2 and all(c.success and c.expectations > 50
+                                           for c in landed_checks)
+    marts = [c for c in checks if c.suite == "marts"]
+    assert [(c.subject, c.success) for c in marts] == [
+        (f"{start.isoformat()}/{end.isoformat()}", True)]
+
+
+def _corrupt(landed: Any) -> None:
+    """A landed snapshot gone bad: a high watermark below its log start, a duplicated key."""
+    offsets = landed.path("partition_offsets")
+    table = pq.read_table(offsets).to_pylist()
+    table[0]["log_start_offset"] = (table[0]["high_watermark"] or 0) + 5
+    pq.write_table(pa.Table.from_pylist(table, schema=pq.read_schema(offsets)), offsets)
+    committed = landed.path("committed_offsets")
+    rows = pq.read_table(committed).to_pylist()
+    pq.write_table(pa.Table.from_pylist(rows + rows[:1], schema=pq.read_schema(committed)),
+                   committed)
+
+
+def test_corrupt_landed_snapshot_stops_the_load_and_alerts(deployment: Deployment,
+                                                           warehouse_engine: Any,
+                                                           kafka: KafkaCluster) -> None:
+    d = deployment
+    bad = land(take_snapshot(ClusterConfig(d.cluster, {"bootstrap.servers": kafka.bootstrap}),
+                             10.0, datetime.now(UTC)), d.landing)
+    _corrupt(bad)
+    loaded_before = _snapshot_count(warehouse_engine, d.cluster)
+    alerts_before = len(read_log(d.alert_log))
+
+    run = d.harness("test", f"groupscope_snapshot_{d.cluster}")
+    assert run["state"] == "failed"
+    assert run["tasks"] == {"collect": "success", "check_landed": "failed",
+                            "load": "upstream_failed"}
+    # Nothing downstream: neither the corrupt snapshot nor this run's good one is loaded.
+    assert _snapshot_count(warehouse_engine, d.cluster) == loaded_before
+
+    alerts = read_log(d.alert_log)[alerts_before:]
+    assert len(alerts) == 1, alerts
+    alert = alerts[0]
+    assert alert["title"] == f"groupscope_snapshot_{d.cluster}: task check_landed failed"
+    assert bad.snapshot_id in alert["text"]
+    assert "ExpectCompoundColumnsToBeUnique" in alert["text"]
+    assert "ExpectColumnPairValuesAToBeGreaterThanB" in alert["text"]
+    assert alert["labels"]["cluster"] == d.cluster
+
+    with warehouse_engine.connect() as conn:
+        kept = conn.execute(text(
+            "SELECT success, failed, failures FROM ops.quality_results"
+            " WHERE cluster = :c AND subject = :s"), {"c": d.cluster, "s": bad.snapshot_id}
+        ).fetchall()
+    assert len(kept) == 1 and not kept[0].success
+    assert kept[0].failed >= 2  # the duplicate key; log start above the high watermark
+    assert {f["table"] for f in kept[0].failures} == {"partition_offsets", "committed_offsets"}
+    mark = d.landing / "_quality" / "rejected" / f"cluster={d.cluster}" / \
+        f"{bad.snapshot_id}.json"
+    assert bad.snapshot_id in mark.read_text()
+
+    # The rejected snapshot stays out; the next run loads the good ones.
+    run = d.harness("test", f"groupscope_snapshot_{d.cluster}")
+    assert run["state"] == "success", run["log"][-3000:]
+    assert _snapshot_count(warehouse_engine, d.cluster) == loaded_before + 2
+    with warehouse_engine.connect() as conn:
+        assert conn.execute(text(
+            "SELECT count(*) FROM raw.snapshots WHERE cluster = :c AND snapshot_ts = :t"),
+            {"c": d.cluster, "t": bad.snapshot_ts}).scalar_one() == 0
+
+
+def test_a_cluster_that_is_down_fails_alone(deployment: Deployment,
+                                            warehouse_engine: Any) -> None:
+    d = deployment
+    alerts_before = len(read_log(d.alert_log))
+    down = d.harness("test", f"groupscope_snapshot_{d.down}")
+    assert down["state"] == "failed"
+    assert down["tasks"]["collect"] == "failed"
+    assert "up_for_retry" not in down["tasks"].values()
+    alerts = read_log(d.alert_log)[alerts_before:]
+    assert [a["title"] for a in alerts] == [
+        f"groupscope_snapshot_{d.down}: task collect failed"]
+    reason = alerts[0]["text"]
+    assert f"snapshot of cluster '{d.down}' failed" in reason
+    assert d.down_address in reason and "unavailable" in reason
+    assert _snapshot_count(warehouse_engine, d.down) == 0
+
+    before = _snapshot_count(warehouse_engine, d.cluster)
+    up = d.harness("test", f"groupscope_snapshot_{d.cluster}")
+    assert up["state"] == "success", up["log"][-3000:]
+    assert _snapshot_count(warehouse_engine, d.cluster) == before + 1
+
+
+@pytest.fixture
+def standalone(tmp_path: Path, kafka: KafkaCluster, postgres: LocalPostgres,
+               warehouse_engine: Any) -> Iterator[Deployment]:
+    d = _deployment(tmp_path, kafka, postgres, with_down_cluster=False,
+                    GROUPSCOPE_SNAPSHOT_EVERY_S="10")
+    d.airflow.start()
+    try:
+        d.airflow.wait_ready()
+        yield d
+    finally:
+        d.airflow.stop()
+
+
+def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deployment,
+                                                              warehouse_engine: Any) -> None:
+    d, airflow = standalone, standalone.airflow
+    snapshot_dag = f"groupscope_snapshot_{d.cluster}"
+    analytics_dag = f"groupscope_analytics_{d.cluster}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if {snapshot_dag, analytics_dag} <= set(airflow.dag_ids()):
+            break
+        time.sleep(3)
+    assert {snapshot_dag, analytics_dag} <= set(airflow.dag_ids())
+
+    def scheduled_successes() -> list[dict[str, Any]]:
+        return [r for r in airflow.dag_runs(snapshot_dag)
+                if r["run_type"] == "scheduled" and r["state"] == "success"]
+
+    deadline = time.monotonic() + 300
+    while len(scheduled_successes()) < 2 and time.monotonic() < deadline:
+        time.sleep(3)
+    assert len(scheduled_successes()) >= 2, airflow.dag_runs(snapshot_dag)
+
+    run_id = airflow.trigger(analytics_dag)
+    assert airflow.wait_for_run(analytics_dag, run_id, 600) == "success"
+
+    with warehouse_engine.connect() as conn:
+        loaded = conn.execute(text(
+            "SELECT count(*) FROM raw.snapshots WHERE cluster = :c"), {"c": d.cluster}
+        ).scalar_one()
+        lag = conn.execute(text(
+            "SELECT DISTINCT lag FROM mart.group_lag WHERE cluster = :c AND group_id = :g"),
+            {"c": d.cluster, "g": d.group}).scalars().all()
+        marts_checked = conn.execute(text(
+            "SELECT bool_and(success) FROM ops.quality_results"
+            " WHERE cluster = :c AND suite = 'marts'"), {"c": d.cluster}).scalar_one()
+    assert loaded >= 2
+    assert lag == [20]
+    assert marts_checked is True

@@ -1,0 +1,50 @@
+"""The pure parts of the pipeline: which interval a run processes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from groupscope.pipeline import StageFailed, analytics_interval, cluster_config, run_interval
+
+
+def t(hh: int, mm: int = 0) -> datetime:
+    return datetime(2026, 11, 21, hh, mm, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("start", "end", "run_after", "expected"), [
+    # 1. a scheduled run: its data interval, as it is
+    (t(10), t(11), t(11, 5), (t(10), t(11))),
+    # 2. triggered by hand without a logical date: no interval; the hour up to the run
+    (None, None, t(11, 20), (t(10, 20), t(11, 20))),
+    # 3. triggered by an asset event: a zero-length interval at the event; the hour up to it
+    (t(11, 7), t(11, 7), t(11, 8), (t(10, 7), t(11, 7))),
+])
+def test_run_interval(start: datetime | None, end: datetime | None, run_after: datetime,
+                      expected: tuple[datetime, datetime]) -> None:
+    assert run_interval(start, end, run_after) == expected
+
+
+@pytest.mark.parametrize(("start", "end", "hourly", "expected"), [
+    # 1. the lag job takes any interval
+    (t(10, 10), t(10, 20), False, (t(10, 10), t(10, 20))),
+    # 2. hourly jobs: widened to the hour that holds it (recomputed whole, never in part)
+    (t(10, 10), t(10, 20), True, (t(10), t(11))),
+    # 3. already whole hours: unchanged
+    (t(10), t(12), True, (t(10), t(12))),
+    # 4. across an hour boundary: both hours
+    (t(10, 50), t(11, 10), True, (t(10), t(12))),
+    # 5. an empty interval on the hour still gets its hour
+    (t(10), t(10), True, (t(10), t(11))),
+])
+def test_analytics_interval(start: datetime, end: datetime, hourly: bool,
+                            expected: tuple[datetime, datetime]) -> None:
+    assert analytics_interval(start, end, hourly) == expected
+
+
+def test_a_bad_connection_extra_is_a_clear_stage_failure() -> None:
+    with pytest.raises(StageFailed, match=r"bootstrap\.servers is required"):
+        cluster_config("prod", {"security.protocol": "SASL_SSL"})
+    assert cluster_config("prod", {"bootstrap.servers": "b:9092", "retries": 3}).client[
+        "retries"] == "3"
