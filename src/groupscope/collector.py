@@ -588,7 +588,8 @@ class Collector:
                 partition=tp.partition,
                 log_start=values["log_start"].get(tp),
                 high_watermark=values["high_watermark"].get(tp),
-                last_stable=values["last_stable"].get(tp),
+                last_stable=_at_most(values["last_stable"].get(tp),
+                                     values["high_watermark"].get(tp)),
             )
             for tp in partitions
         )
@@ -819,3 +820,12 @@ def _unavailable_message(cluster: str, failure: _Failure, detail: str | None) ->
     elif detail:
         hint = f"{hint}: {detail}"
     return f"cluster {cluster!r} is unavailable: {hint} ({failure.code})"
+
+
+def _at_most(last_stable: int | None, high_watermark: int | None) -> int | None:
+    """The last stable offset never exceeds the high watermark at any one moment, but the two
+    are answered by separate requests in flight together: one that arrives after more records
+    were appended can read higher. Read at the high watermark's moment, it is at most that."""
+    if last_stable is None or high_watermark is None:
+        return last_stable
+    return min(last_stable, high_watermark)

@@ -187,3 +187,20 @@ def test_memberless_groups_from_the_classic_view_need_no_describe() -> None:
     assert admin.calls["describe"] == 1
     assert {g.state for g in snapshot.groups} == {"Empty"}
     assert all(g.coordinator_id == 1 and g.is_simple for g in snapshot.groups)
+
+
+class RacingAdmin(ScriptedAdmin):
+    """The read-committed ListOffsets answers after more records were appended: its last
+    stable offset reads above the high watermark answered a moment before."""
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+        from confluent_kafka import IsolationLevel
+
+        later = kwargs.get("isolation_level") == IsolationLevel.READ_COMMITTED
+        return {tp: _done(SimpleNamespace(offset=13 if later else 10)) for tp in request}
+
+
+def test_last_stable_offset_is_read_at_the_high_watermarks_moment() -> None:
+    snapshot = _collect(RacingAdmin(1))
+    assert snapshot.partitions
+    assert all(p.high_watermark == 10 and p.last_stable == 10 for p in snapshot.partitions)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -79,6 +80,7 @@ class Stack:
         return env
 
     def down(self) -> None:
+        _stop_main_job(self.state_dir / "run.pid")
         _stop_airflow(self.state_dir / "airflow.pid")
         layout = self.layout()
         if layout is None:
@@ -87,6 +89,12 @@ class Stack:
             self.kafka(layout).destroy()
             self.postgres(layout).destroy()
             say("stopped Kafka and PostgreSQL and removed their data")
+        # The main job's own state describes the Kafka and warehouse just removed.
+        import shutil
+
+        for leftover in ("landing", "airflow", "demo"):
+            shutil.rmtree(self.state_dir / leftover, ignore_errors=True)
+        (self.state_dir / "alerts.jsonl").unlink(missing_ok=True)
         self.manifest.unlink(missing_ok=True)
         self.env_file.unlink(missing_ok=True)
 
@@ -102,10 +110,32 @@ class Stack:
                 f"PostgreSQL :{postgres.port}: {'up' if postgres.running() else 'DOWN'}")
 
 
-def _stop_airflow(pid_file: Path) -> None:
-    """Stops an ``airflow standalone`` that a ``run`` in another terminal started."""
-    import os
+def _stop_main_job(pid_file: Path) -> None:
+    """Asks a ``run`` in another terminal to stop (it stops its Airflow and workload itself)."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    if pid == os.getpid():
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pid_file.unlink(missing_ok=True)
+        return
+    say(f"asked the running main job (pid {pid}) to stop; waiting for it")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(1)
+    pid_file.unlink(missing_ok=True)
 
+
+def _stop_airflow(pid_file: Path) -> None:
+    """Stops an ``airflow standalone`` left by a ``run`` that could not stop it itself."""
     try:
         pid = int(pid_file.read_text())
     except (OSError, ValueError):
@@ -145,6 +175,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         stop_requested = True
 
     signal.signal(signal.SIGTERM, request_stop)
+    stack.state_dir.mkdir(parents=True, exist_ok=True)
+    (stack.state_dir / "run.pid").write_text(str(os.getpid()))
     say("step 1/4: Kafka and PostgreSQL")
     env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port)
     demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
@@ -189,8 +221,10 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     finally:
         say("stopping Airflow")
         airflow.stop()
+        (stack.state_dir / "airflow.pid").unlink(missing_ok=True)
         say("stopping the demo workload")
         demo.stop()
+        (stack.state_dir / "run.pid").unlink(missing_ok=True)
         if args.keep:
             say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
         else:

@@ -119,11 +119,24 @@ class LocalAirflow:
         return str(json.loads(generated.read_text())[ADMIN])
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One API call. Reads and updates (GET, PATCH) are retried on a server error: with
+        a SQLite metadata database the API server answers 500 while another component holds
+        the write lock."""
         if self._token is None:
             self._token = self._call("POST", "/auth/token", {"username": ADMIN,
                                                               "password": self.password()},
                                      auth=False)["access_token"]
-        return self._call(method, path, body)
+        attempts = 6 if method in ("GET", "PATCH") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._call(method, path, body)
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500 or attempt == attempts:
+                    detail = exc.read().decode(errors="replace")[:500]
+                    raise StackError(f"Airflow API {method} {path}: HTTP {exc.code} "
+                                     f"{detail}") from None
+                time.sleep(attempt)
+        raise AssertionError("unreachable")
 
     def _call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
         headers = {"Content-Type": "application/json"}
@@ -139,7 +152,8 @@ class LocalAirflow:
         return [d["dag_id"] for d in self.request("GET", "/api/v2/dags?limit=100")["dags"]]
 
     def unpause(self, dag_id: str) -> None:
-        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        if self.request("GET", f"/api/v2/dags/{dag_id}")["is_paused"]:
+            self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
     def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = self.request(
