@@ -72,7 +72,7 @@ def main() -> None:
         "first_run_with_import_s": round(warm, 2),
         "landed_snapshot": {"partition_rows": rows, "expectations": count,
                             "seconds": round(landed_s, 2),
-                            "rows_per_s": round(rows * 3 / landed_s)},
+                            "table_rows_per_s": round(rows * 3 / landed_s)},
     }, indent=2))
 
 
