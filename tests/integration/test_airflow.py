@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from groupscope.cli import take_snapshot
 from groupscope.config import ClusterConfig
 from groupscope.devstack.airflow import (
     LocalAirflow,
+    connection_env,
     kafka_connection,
     spark_connection,
     warehouse_connection,
@@ -54,6 +57,7 @@ class Deployment:
     group: str
     landing: Path
     alert_log: Path
+    webhook_received: list[dict[str, Any]] = field(default_factory=list)
 
     def harness(self, *args: str, **env: str) -> dict[str, Any]:
         done = subprocess.run([sys.executable, str(HARNESS), *args],
@@ -68,8 +72,31 @@ class Deployment:
         return result
 
 
+class Webhook:
+    """An alert webhook on loopback that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        received: list[dict[str, Any]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                received.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/S3CRET-T0KEN"
+
+
 def _deployment(home: Path, kafka: KafkaCluster, postgres: LocalPostgres,
-                with_down_cluster: bool, **settings: str) -> Deployment:
+                with_down_cluster: bool, webhook: Webhook | None = None,
+                **settings: str) -> Deployment:
     tag = uuid.uuid4().hex[:8]
     cluster, down = f"af{tag}", f"down{tag}"
     down_address = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
@@ -78,6 +105,8 @@ def _deployment(home: Path, kafka: KafkaCluster, postgres: LocalPostgres,
                 warehouse_connection(postgres.url), spark_connection("local[2]")])
     if with_down_cluster:
         env.update([kafka_connection(down, {"bootstrap.servers": down_address})])
+    if webhook:
+        env.update([connection_env("groupscope_alerts", "http", password=webhook.url)])
     env.update({"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
                 "GROUPSCOPE_RETRY_DELAY_S": "1", "GROUPSCOPE_KAFKA_TIMEOUT_S": "5",
                 **settings})
@@ -88,14 +117,17 @@ def _deployment(home: Path, kafka: KafkaCluster, postgres: LocalPostgres,
     create_topic(kafka.bootstrap, topic, 2)
     produce_counts(kafka.bootstrap, topic, [30, 20])
     commit_offsets(kafka.bootstrap, group, {(topic, 0): 10, (topic, 1): 20})
-    return Deployment(airflow, cluster, down, down_address, topic, group, landing, alert_log)
+    return Deployment(airflow, cluster, down, down_address, topic, group, landing, alert_log,
+                      webhook.received if webhook else [])
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory, kafka: KafkaCluster,
-               postgres: LocalPostgres, warehouse_engine: Any) -> Deployment:
-    return _deployment(tmp_path_factory.mktemp("airflow-dagtest"), kafka, postgres,
-                       with_down_cluster=True)
+               postgres: LocalPostgres, warehouse_engine: Any) -> Iterator[Deployment]:
+    webhook = Webhook()
+    yield _deployment(tmp_path_factory.mktemp("airflow-dagtest"), kafka, postgres,
+                      with_down_cluster=True, webhook=webhook)
+    webhook.server.shutdown()
 
 
 def _snapshot_count(engine: Any, cluster: str) -> int:
@@ -231,6 +263,11 @@ def test_corrupt_landed_snapshot_stops_the_load_and_alerts(deployment: Deploymen
     assert "ExpectCompoundColumnsToBeUnique" in alert["text"]
     assert "ExpectColumnPairValuesAToBeGreaterThanB" in alert["text"]
     assert alert["labels"]["cluster"] == d.cluster
+    # Delivered to the webhook of the groupscope_alerts connection, whose URL is a secret.
+    assert alert["delivered"] is True
+    posted = d.webhook_received[-1]
+    assert posted["title"] == alert["title"] and bad.snapshot_id in posted["text"]
+    assert "S3CRET-T0KEN" not in d.alert_log.read_text()
 
     with warehouse_engine.connect() as conn:
         kept = conn.execute(text(
@@ -326,3 +363,27 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deploy
     assert loaded >= 2
     assert lag == [20]
     assert marts_checked is True
+
+
+def test_a_warehouse_that_is_down_loses_nothing(deployment: Deployment,
+                                                warehouse_engine: Any,
+                                                postgres: LocalPostgres) -> None:
+    d = deployment
+    before = _snapshot_count(warehouse_engine, d.cluster)
+    alerts_before = len(read_log(d.alert_log))
+    closed = f"postgresql://groupscope:pw-not-to-leak@127.0.0.1:{free_ports(1)[0]}/groupscope"
+    down = d.harness("test", f"groupscope_snapshot_{d.cluster}",
+                     **dict([warehouse_connection(closed)]))
+    assert down["state"] == "failed"
+    assert down["tasks"] == {"collect": "success", "check_landed": "failed",
+                             "load": "upstream_failed"}
+    alerts = read_log(d.alert_log)[alerts_before:]
+    assert len(alerts) == 1
+    assert "is unreachable" in alerts[0]["text"] and "kept" in alerts[0]["text"]
+    assert "pw-not-to-leak" not in d.alert_log.read_text()
+    assert "pw-not-to-leak" not in down["log"]
+
+    # Back up: the snapshot landed while it was down loads with the next run's own.
+    up = d.harness("test", f"groupscope_snapshot_{d.cluster}")
+    assert up["state"] == "success", up["log"][-3000:]
+    assert _snapshot_count(warehouse_engine, d.cluster) == before + 2
