@@ -214,8 +214,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             if stop_requested or (args.duration and time.monotonic() - started >= args.duration):
                 break
             churn = demo.churn_once()
-            print(_status(airflow, dag_ids, env["WAREHOUSE_URL"], alert_log)
-                  + (f" | demo churn: {churn}" if churn else ""), flush=True)
+            line, groups = _status(airflow, dag_ids, env["WAREHOUSE_URL"], alert_log)
+            print(line + (f" | demo churn: {churn}" if churn else "") + groups, flush=True)
     except KeyboardInterrupt:
         pass
     finally:
@@ -266,7 +266,9 @@ def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, aler
     ])
 
 
-def _status(airflow: Any, dag_ids: list[str], warehouse_url: str, alert_log: Path) -> str:
+def _status(airflow: Any, dag_ids: list[str], warehouse_url: str,
+            alert_log: Path) -> tuple[str, str]:
+    """A status line (runs per DAG, snapshots loaded, alerts) and the groups' latest lag."""
     from groupscope import warehouse
     from groupscope.alerts import read_log
 
@@ -284,16 +286,45 @@ def _status(airflow: Any, dag_ids: list[str], warehouse_url: str, alert_log: Pat
         parts.append(f"{short}: " + (", ".join(f"{n} {s}" for s, n in sorted(states.items()))
                                      or "no runs yet"))
     engine = warehouse.engine_for(warehouse_url)
+    groups = ""
     try:
         keys = warehouse.loaded_snapshot_keys(engine)
         parts.append(f"warehouse: {len(keys)} snapshots")
+        groups = _group_table(engine)
     except warehouse.WarehouseUnavailable:
         parts.append("warehouse: unreachable")
     finally:
         engine.dispose()
     alerts = read_log(alert_log)
     parts.append(f"alerts: {len(alerts)}" + (f" (last: {alerts[-1]['title']})" if alerts else ""))
-    return " | ".join(parts)
+    return " | ".join(parts), groups
+
+
+# The latest snapshot's lag per group (raw, every minute) beside the latest status the
+# analytics computed (mart, every analytics run): what the dashboards will show.
+_GROUPS_NOW = """
+SELECT l.group_id, count(*) AS partitions, sum(l.lag) AS lag,
+       max(l.snapshot_ts) AS snapshot_ts, s.status, s.worst_reason
+FROM raw.latest_group_lag l
+LEFT JOIN LATERAL (
+    SELECT status, worst_reason FROM mart.group_status g
+    WHERE g.cluster = l.cluster AND g.group_id = l.group_id
+    ORDER BY snapshot_ts DESC LIMIT 1) s ON true
+GROUP BY l.group_id, s.status, s.worst_reason ORDER BY l.group_id"""
+
+
+def _group_table(engine: Any) -> str:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(text(_GROUPS_NOW)).fetchall()
+    if not rows:
+        return ""
+    lines = [f"  {'group':<26} {'partitions':>10} {'lag':>8}  status (analytics)"]
+    lines += [f"  {r.group_id[:26]:<26} {r.partitions:>10} {r.lag if r.lag is not None else '-':>8}"
+              f"  {r.status or 'not computed yet'}"
+              + (f": {r.worst_reason}" if r.worst_reason else "") for r in rows]
+    return f"\n  as of {rows[0].snapshot_ts:%H:%M:%S}:\n" + "\n".join(lines)
 
 
 def _sleep_unless(stop: Any, seconds: float) -> None:
