@@ -140,13 +140,13 @@ def _stop_airflow(pid_file: Path) -> None:
         pid = int(pid_file.read_text())
     except (OSError, ValueError):
         return
-    for sig in (signal.SIGINT, signal.SIGKILL):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
             break
         say("stopping Airflow")
-        time.sleep(15 if sig == signal.SIGINT else 0)
+        time.sleep(10 if sig == signal.SIGTERM else 0)
     pid_file.unlink(missing_ok=True)
 
 

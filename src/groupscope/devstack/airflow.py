@@ -6,6 +6,7 @@ client for its REST API v2."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -175,23 +176,25 @@ class LocalAirflow:
         raise StackError(f"{dag_id} run {run_id} did not finish in {timeout_s:.0f}s")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stops standalone and every process it started (it runs in its own session)."""
+        """Stops standalone and every process it started (they share its process group):
+        SIGTERM to all, so each component shuts down cleanly; SIGKILL to what is left after
+        ``timeout_s``."""
         if self.process is None or self.process.poll() is not None:
             return
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        group = self.process.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.process.poll()  # reaps standalone, which would otherwise linger as a zombie
             try:
-                os.killpg(self.process.pid, sig)
+                os.killpg(group, 0)
             except ProcessLookupError:
                 break
-            try:
-                self.process.wait(timeout_s)
-                # Its children may outlive it for a moment: end the whole group.
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
-            break
+            time.sleep(0.5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        self.process.wait(10)
 
 
 def _airflow() -> str:
