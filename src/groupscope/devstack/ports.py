@@ -3,6 +3,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from groupscope.devstack import StackError
 
@@ -26,18 +27,32 @@ def require_free(ports: Iterable[int], what: str, hint: str) -> None:
         raise StackError(f"{what}: port {listed} on {LOOPBACK} is already in use. {hint}")
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct ports the OS reports free right now (for tests that run their own servers)."""
-    sockets = []
+def _below_ephemeral(low: int = 20000) -> tuple[int, int]:
+    """Ports below the kernel's ephemeral range: outgoing connections take their local port
+    from that range, so a port found free there can be taken by a client before a server
+    binds it (it happened: a test broker failed with "Address already in use")."""
     try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32768
+    return low, max(first, low + 1000)
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports free right now, below the ephemeral range (for tests that run their own
+    servers)."""
+    import random
+
+    low, high = _below_ephemeral()
+    rng = random.Random()  # noqa: S311 - picking ports, not secrets
+    found: list[int] = []
+    for _ in range(1000):
+        port = rng.randrange(low, high)
+        if port not in found and port_is_free(port):
+            found.append(port)
+            if len(found) == count:
+                return found
+    raise RuntimeError(f"no {count} free ports between {low} and {high}")
 
 
 def wait_for_port(port: int, deadline: float, host: str = LOOPBACK) -> bool:
@@ -50,10 +65,12 @@ def wait_for_port(port: int, deadline: float, host: str = LOOPBACK) -> bool:
     return False
 
 
-def free_port_block(count: int, low: int = 20000, high: int = 60000) -> int:
-    """The first port of ``count`` consecutive free ports (for a multi-broker test cluster)."""
+def free_port_block(count: int) -> int:
+    """The first port of ``count`` consecutive free ports below the ephemeral range (for a
+    multi-broker test cluster)."""
     import random
 
+    low, high = _below_ephemeral()
     rng = random.Random()  # noqa: S311 - picking ports, not secrets
     for _ in range(200):
         start = rng.randrange(low, high - count)
