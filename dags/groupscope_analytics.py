@@ -35,7 +35,7 @@ run's data interval of cluster `{cluster}`, each replacing exactly its interval'
 Then the `marts` quality suite (results in `ops.quality_results`): log start <= committed <=
 high watermark unless flagged, lag consistency, closed status sets, and completeness (one lag
 row per partition of every loaded snapshot). A failure fails the run with an alert.
-Backfill with `airflow dags backfill`; each run processes only its own interval.
+Backfill with `airflow backfill create`; each run processes only its own interval.
 """
 
 
