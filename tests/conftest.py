@@ -33,7 +33,11 @@ def _cluster(base: Path, name: str, nodes: int, version: str) -> KafkaCluster:
 
 
 def _running(cluster: KafkaCluster) -> Iterator[KafkaCluster]:
-    cluster.start()
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.destroy()  # the nodes that did start must not outlive the run
+        raise
     yield cluster
     cluster.destroy()
 
