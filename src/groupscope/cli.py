@@ -54,20 +54,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
     snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC))
+    landed = None
     if args.land:
         from groupscope.landing import land
 
         landed = land(snapshot, Path(args.land))
-        if args.warehouse:
-            _load(args.warehouse, lambda engine, wh: wh.load_landed(engine, landed))
-    elif args.warehouse:
-        from groupscope.tables import to_tables
-
-        def load_unlanded(engine: Any, wh: Any) -> None:
-            wh.load_snapshot(engine, to_tables(snapshot))
-            wh.load_whatif(engine, snapshot)
-
-        _load(args.warehouse, load_unlanded)
+    if args.warehouse:
+        _load(args.warehouse, snapshot, landed)
     if args.format == "json":
         _print_json(snapshot_json(snapshot))
     else:
@@ -75,13 +68,19 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(url: str, load: Any) -> None:
+def _load(url: str, snapshot: Any, landed: Any) -> None:
+    """Loads the snapshot (raw tables and what-if): from the landing zone when it was landed."""
     from groupscope import warehouse
+    from groupscope.tables import to_tables
 
     engine = warehouse.engine_for(url)
     try:
         warehouse.migrate(engine)
-        load(engine, warehouse)
+        if landed is not None:
+            warehouse.load_landed(engine, landed)
+        else:
+            warehouse.load_snapshot(engine, to_tables(snapshot))
+            warehouse.load_whatif(engine, snapshot)
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(f"{exc} (landed data, if any, is kept)", EXIT_UNAVAILABLE) from None
     finally:

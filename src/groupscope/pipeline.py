@@ -12,8 +12,9 @@ checks what they wrote.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -83,20 +84,14 @@ def ingest(cluster: ClusterConfig, landing: Path, timeout_s: float,
     return summary
 
 
-def pending_snapshots(warehouse_url: str, landing: Path, cluster: str, now: datetime,
+def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
                       backlog: timedelta = DEFAULT_BACKLOG) -> list[Any]:
     """Landed snapshots of the last ``backlog`` not yet loaded and not rejected, oldest first."""
     from groupscope import quality, warehouse
     from groupscope.landing import landed_snapshots
 
     since = now - backlog
-    engine = _engine(warehouse_url)
-    try:
-        loaded = warehouse.loaded_snapshot_keys(engine, cluster, since)
-    except warehouse.WarehouseUnavailable as exc:
-        raise StageFailed(f"{exc} (landed snapshots are kept and load later)") from None
-    finally:
-        engine.dispose()
+    loaded = warehouse.loaded_snapshot_keys(engine, cluster, since)
     rejected = quality.rejected_ids(landing, cluster)
     return [s for s in landed_snapshots(landing, cluster, since)
             if s.snapshot_ts >= since and (s.cluster, s.snapshot_ts) not in loaded
@@ -110,9 +105,11 @@ def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: dat
     and raises ``QualityGateFailed`` if there were any. Returns the ids that passed."""
     from groupscope import quality
 
-    pending = pending_snapshots(warehouse_url, landing, cluster, checked_at)[:max_snapshots]
-    results = [quality.check_landed(s) for s in pending]
-    _record(warehouse_url, results, checked_at)
+    with _warehouse(warehouse_url) as engine:
+        pending = pending_snapshots(engine, landing, cluster, checked_at)[:max_snapshots]
+        results = [quality.check_landed(s) for s in pending]
+        if results:
+            quality.record(engine, results, checked_at)
     for snapshot, result in zip(pending, results, strict=True):
         if not result.success:
             mark = quality.reject(snapshot, result)
@@ -136,14 +133,9 @@ def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str
     missing = wanted - {s.snapshot_id for s in found}
     if missing:
         raise StageFailed(f"landed snapshot(s) not found under {landing}: {sorted(missing)}")
-    engine = _engine(warehouse_url)
-    try:
+    with _warehouse(warehouse_url) as engine:
         for snapshot in found:
             warehouse.load_landed(engine, snapshot)
-    except warehouse.WarehouseUnavailable as exc:
-        raise StageFailed(f"{exc} (landed snapshots are kept and load later)") from None
-    finally:
-        engine.dispose()
     return len(found)
 
 
@@ -174,42 +166,26 @@ def gate_marts(warehouse_url: str, cluster: str, start: datetime, end: datetime,
                checked_at: datetime) -> dict[str, Any]:
     """Checks the marts of [start, end); keeps the result; raises ``QualityGateFailed`` if
     the suite failed."""
-    from groupscope import quality, warehouse
+    from groupscope import quality
 
-    engine = _engine(warehouse_url)
-    try:
+    with _warehouse(warehouse_url) as engine:
         result = quality.check_marts(engine, cluster, start, end)
         quality.record(engine, [result], checked_at)
-    except warehouse.WarehouseUnavailable as exc:
-        raise StageFailed(str(exc)) from None
-    finally:
-        engine.dispose()
     if not result.success:
         raise quality.QualityGateFailed([result])
     return {"subject": result.subject, "expectations": result.expectations}
 
 
-def _record(warehouse_url: str, results: list[Any], checked_at: datetime) -> None:
-    if not results:
-        return
-    from groupscope import quality, warehouse
-
-    engine = _engine(warehouse_url)
-    try:
-        quality.record(engine, results, checked_at)
-    except warehouse.WarehouseUnavailable as exc:
-        raise StageFailed(f"{exc} (landed snapshots are kept and load later)") from None
-    finally:
-        engine.dispose()
-
-
-def _engine(warehouse_url: str) -> Any:
+@contextlib.contextmanager
+def _warehouse(warehouse_url: str) -> Iterator[Any]:
+    """A migrated engine for one stage; an unreachable warehouse becomes ``StageFailed``."""
     from groupscope import warehouse
 
     engine = warehouse.engine_for(warehouse_url)
     try:
         warehouse.migrate(engine)
+        yield engine
     except warehouse.WarehouseUnavailable as exc:
-        engine.dispose()
         raise StageFailed(f"{exc} (landed data is kept and loads later)") from None
-    return engine
+    finally:
+        engine.dispose()

@@ -234,11 +234,11 @@ def check_marts(engine: Any, cluster: str, start: datetime, end: datetime) -> Su
     import pandas as pd  # type: ignore[import-untyped]
     from sqlalchemy import text
 
-    from groupscope.warehouse import _connect
+    from groupscope.warehouse import connect
 
     params = {"cluster": cluster, "start": start, "end": end}
     frames = {}
-    with _connect(engine) as conn:
+    with connect(engine) as conn:
         for name, sql in _MART_QUERIES.items():
             rows = conn.execute(text(sql), params)
             frames[name] = pd.DataFrame(rows.fetchall(), columns=list(rows.keys()))
@@ -321,9 +321,9 @@ def record(engine: Any, results: list[SuiteResult], checked_at: datetime) -> Non
     """Keeps the results in ``ops.quality_results``."""
     from sqlalchemy import text
 
-    from groupscope.warehouse import _connect
+    from groupscope.warehouse import connect
 
-    with _connect(engine) as conn, conn.begin():
+    with connect(engine) as conn, conn.begin():
         for r in results:
             conn.execute(text(
                 "INSERT INTO ops.quality_results (checked_at, cluster, suite, subject, success,"

@@ -78,7 +78,7 @@ def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
     """Applies the migrations not yet applied, in order; returns their names. An applied
     migration whose file changed since is an error, not something to silently skip."""
     applied_now: list[str] = []
-    with _connect(engine) as conn, conn.begin():
+    with connect(engine) as conn, conn.begin():
         conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
         conn.execute(text("CREATE SCHEMA IF NOT EXISTS groupscope_meta"))
         conn.execute(
@@ -129,7 +129,7 @@ def load_landed(engine: Engine, landed: Any) -> None:
     what-if mart, in one transaction."""
     tables = landed.read()
     params = {"cluster": landed.cluster, "start": landed.snapshot_ts}
-    with _connect(engine) as conn, conn.begin():
+    with connect(engine) as conn, conn.begin():
         _replace_in(conn, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
                     "snapshot_ts = :start", params)
         _replace_in(conn, "mart", landed.read_whatif(), "snapshot_ts = :start", params)
@@ -162,7 +162,7 @@ def replace_interval_rows(engine: Engine, schema: str, tables: list[tuple[str, p
 
 def _replace(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]], where: str,
              params: dict[str, Any]) -> None:
-    with _connect(engine) as conn, conn.begin():
+    with connect(engine) as conn, conn.begin():
         _replace_in(conn, schema, tables, where, params)
 
 
@@ -201,11 +201,11 @@ def loaded_snapshot_keys(engine: Engine, cluster: str | None = None,
     if since is not None:
         query += " AND snapshot_ts >= :since"
         params["since"] = since
-    with _connect(engine) as conn:
+    with connect(engine) as conn:
         return {(r.cluster, r.snapshot_ts) for r in conn.execute(text(query), params)}
 
 
-class _connect:
+class connect:
     """``engine.connect()`` that turns "cannot connect" into WarehouseUnavailable."""
 
     def __init__(self, engine: Engine) -> None:

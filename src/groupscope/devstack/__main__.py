@@ -140,13 +140,14 @@ def _stop_airflow(pid_file: Path) -> None:
         pid = int(pid_file.read_text())
     except (OSError, ValueError):
         return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
+    from groupscope.devstack.airflow import stop_process_group
+
+    try:
+        os.killpg(pid, 0)
         say("stopping Airflow")
-        time.sleep(10 if sig == signal.SIGTERM else 0)
+        stop_process_group(pid, 30.0)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
     pid_file.unlink(missing_ok=True)
 
 
@@ -288,9 +289,8 @@ def _status(airflow: Any, dag_ids: list[str], warehouse_url: str,
     engine = warehouse.engine_for(warehouse_url)
     groups = ""
     try:
-        keys = warehouse.loaded_snapshot_keys(engine)
-        parts.append(f"warehouse: {len(keys)} snapshots")
-        groups = _group_table(engine)
+        loaded, groups = _warehouse_now(engine)
+        parts.append(f"warehouse: {loaded} snapshots")
     except warehouse.WarehouseUnavailable:
         parts.append("warehouse: unreachable")
     finally:
@@ -313,18 +313,22 @@ LEFT JOIN LATERAL (
 GROUP BY l.group_id, s.status, s.worst_reason ORDER BY l.group_id"""
 
 
-def _group_table(engine: Any) -> str:
+def _warehouse_now(engine: Any) -> tuple[int, str]:
+    """How many snapshots are loaded, and the groups' latest lag as a table."""
     from sqlalchemy import text
 
-    with engine.connect() as conn:
+    from groupscope.warehouse import connect
+
+    with connect(engine) as conn:
+        loaded = int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one())
         rows = conn.execute(text(_GROUPS_NOW)).fetchall()
     if not rows:
-        return ""
+        return loaded, ""
     lines = [f"  {'group':<26} {'partitions':>10} {'lag':>8}  status (analytics)"]
     lines += [f"  {r.group_id[:26]:<26} {r.partitions:>10} {r.lag if r.lag is not None else '-':>8}"
               f"  {r.status or 'not computed yet'}"
               + (f": {r.worst_reason}" if r.worst_reason else "") for r in rows]
-    return f"\n  as of {rows[0].snapshot_ts:%H:%M:%S}:\n" + "\n".join(lines)
+    return loaded, f"\n  as of {rows[0].snapshot_ts:%H:%M:%S}:\n" + "\n".join(lines)
 
 
 def _sleep_unless(stop: Any, seconds: float) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,25 +176,30 @@ class LocalAirflow:
         raise StackError(f"{dag_id} run {run_id} did not finish in {timeout_s:.0f}s")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stops standalone and every process it started (they share its process group):
-        SIGTERM to all, so each component shuts down cleanly; SIGKILL to what is left after
-        ``timeout_s``."""
+        """Stops standalone and every process it started (they share its process group)."""
         if self.process is None or self.process.poll() is not None:
             return
-        group = self.process.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.process.poll()  # reaps standalone, which would otherwise linger as a zombie
-            try:
-                os.killpg(group, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.5)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
+        # Polling reaps standalone, which would otherwise linger as a zombie in its group.
+        stop_process_group(self.process.pid, timeout_s, self.process.poll)
         self.process.wait(10)
+
+
+def stop_process_group(group: int, timeout_s: float,
+                       reap: Callable[[], object] = lambda: None) -> None:
+    """SIGTERM to every process of ``group``, so each component shuts down cleanly; SIGKILL to
+    what is left after ``timeout_s``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reap()
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _airflow() -> str:
