@@ -36,7 +36,7 @@ DAY = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def generate(root: Path, groups: int, partitions: int, minutes: int, seed: int = 3) -> int:
-    from groupscope.tables import SCHEMAS
+    from groupscope.contract.tables import SCHEMAS
 
     rng = random.Random(seed)
     rates = [[rng.uniform(0.5, 20.0) for _ in range(partitions)] for _ in range(groups)]
@@ -129,8 +129,8 @@ class PeakRss:
 
 
 def run_spark(root: Path, out: Path) -> dict[str, Any]:
-    from groupscope.analytics import jobs
-    from groupscope.analytics.io import Interval, session
+    from groupscope.analyze import jobs
+    from groupscope.analyze.io import Interval, session
 
     spark = session("bench", master="local[2]", driver_memory="6g")
     job = jobs.JobArgs(root, "bench", Interval(DAY, DAY + timedelta(days=1)), None,

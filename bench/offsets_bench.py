@@ -28,6 +28,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+# The dev stack (Kafka from Maven Central) is dev-only: it lives in dev/, not in the wheel.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev"))
+
 HERE = Path(__file__).resolve().parent
 VECTORS = HERE.parent / "tests" / "vectors"
 
@@ -103,9 +106,9 @@ def bench_ingest(total_records: int, version: str) -> dict[str, float]:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from groupscope.devstack.kafka import KafkaCluster
-    from groupscope.devstack.ports import free_port_block
     from groupscope.offsets.ingest import IngestSettings, consumer_config, ingest
+    from groupscope_dev.kafka import KafkaCluster
+    from groupscope_dev.ports import free_port_block
 
     with tempfile.TemporaryDirectory(prefix="gs-offsets-bench-") as tmp:
         cluster = KafkaCluster(Path(tmp) / "kafka", version=version,

@@ -24,17 +24,20 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+# The dev stack (Kafka from Maven Central) is dev-only: it lives in dev/, not in the wheel.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev"))
+
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from groupscope.devstack.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath, kafka_libs
-from groupscope.devstack.ports import free_port_block
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath, kafka_libs
+from groupscope_dev.ports import free_port_block
 
 CHILD = r"""
 import json, resource, sys, time
 from datetime import UTC, datetime
 from confluent_kafka.admin import AdminClient
-from groupscope.collector import Collector, CollectorSettings
+from groupscope.collect.collector import Collector, CollectorSettings
 bootstrap, concurrency = sys.argv[1], int(sys.argv[2])
 admin = AdminClient({"bootstrap.servers": bootstrap})
 collector = Collector(admin, "bench", CollectorSettings(offsets_concurrency=concurrency))

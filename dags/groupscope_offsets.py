@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import Asset, dag, task
 from groupscope_airflow import (
@@ -45,7 +45,8 @@ def offsets_dag(conn_id: str) -> None:
         @task(outlets=[landed])
         def ingest() -> dict[str, object]:
             return pipeline.ingest(KafkaClusterHook(conn_id).cluster(), SETTINGS.landing,
-                                   SETTINGS.kafka_timeout_s, run_timeout_s=15 * 60)
+                                   datetime.now(UTC), SETTINGS.kafka_timeout_s,
+                                   run_timeout_s=15 * 60)
 
         ingest()
 

@@ -123,7 +123,7 @@ class GroupscopeAlertNotifier(BaseNotifier):
         self.webhook_conn_id = webhook_conn_id
 
     def notify(self, context: Any) -> None:
-        from groupscope.alerts import Alert, send
+        from groupscope.serve.alerts import Alert, send
 
         ti = context["ti"]
         exception = context.get("exception")
@@ -152,17 +152,17 @@ class AnalyticsJobOperator(SparkSubmitOperator):
 
     def __init__(self, *, job: str, cluster: str, landing: Path, hourly: bool,
                  warehouse_conn_id: str = WAREHOUSE_CONN_ID, **kwargs: Any) -> None:
-        from groupscope.sparksubmit import JOBS_DIR
+        from groupscope.analyze.submit import job_path
 
-        super().__init__(application=str(JOBS_DIR / f"{job}_job.py"),
+        super().__init__(application=str(job_path(f"{job}_job.py")),
                          name=f"groupscope-{job}-{cluster}",
                          conf={"spark.ui.enabled": "false"}, **kwargs)
         self.job, self.cluster, self.landing, self.hourly = job, cluster, landing, hourly
         self.warehouse_conn_id = warehouse_conn_id
 
     def execute(self, context: Any) -> None:
+        from groupscope.analyze.submit import environment
         from groupscope.pipeline import analytics_interval
-        from groupscope.sparksubmit import environment
 
         start, end = run_interval(context)
         start, end = analytics_interval(start, end, self.hourly)

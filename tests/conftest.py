@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from groupscope.devstack.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
-from groupscope.devstack.ports import free_port_block, free_ports
-from groupscope.devstack.postgres import LocalPostgres
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
+from groupscope_dev.ports import free_port_block, free_ports
+from groupscope_dev.postgres import LocalPostgres
 
 KAFKA_39 = "3.9.2"
 
@@ -90,7 +90,7 @@ def warehouse_engine(postgres: LocalPostgres):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """Spark in local mode, one session for the whole run (it takes seconds to start)."""
-    from groupscope.analytics.io import session
+    from groupscope.analyze.io import session
 
     spark = session("groupscope-tests", master="local[2]")
     yield spark

@@ -12,8 +12,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from groupscope.collector import Collector, CollectorSettings
-from groupscope.model import Snapshot
+from groupscope.collect.collector import Collector, CollectorSettings
+from groupscope.contract.model import Snapshot
 
 COORDINATOR_WARMING = {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
                        "COORDINATOR_LOAD_IN_PROGRESS"}

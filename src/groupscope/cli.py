@@ -7,13 +7,13 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from groupscope.config import ClusterConfig, ConfigError
+from groupscope.contract.cluster import ClusterConfig, ConfigError
+from groupscope.kafka.admin import ClusterUnavailable
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
@@ -25,40 +25,16 @@ class CliError(Exception):
         self.code = code
 
 
-def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime,
-                  sample_records: bool = True) -> Any:
-    """A snapshot; ``sample_records`` also reads the record at each lagging committed offset
-    (bounded: see groupscope.sampling) for the exact time lag."""
-    from groupscope.collector import ClusterUnavailable, Collector, CollectorSettings
-    from groupscope.kafka_admin import AdminConnection
-    from groupscope.sampling import RecordSampler
-
-    try:
-        connection = AdminConnection(cluster, timeout_s)
-    except Exception as exc:  # a bad property is the user's input
-        raise CliError(f"invalid client configuration: {_kafka_message(exc)}", EXIT_USAGE) \
-            from None
-    collector = Collector(connection.admin, cluster.name,
-                          CollectorSettings(request_timeout_s=timeout_s),
-                          diagnose=connection.diagnosis,
-                          sampler=RecordSampler(cluster.client, timeout_s=timeout_s)
-                          if sample_records else None)
-    try:
-        return collector.snapshot(snapshot_ts)
-    except ClusterUnavailable as exc:
-        raise CliError(str(exc), EXIT_UNAVAILABLE) from None
-
-
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from groupscope.report import snapshot_json, snapshot_table
+    from groupscope.collect.collector import take_snapshot
+    from groupscope.pipeline import land_snapshot
+    from groupscope.serve.report import snapshot_json, snapshot_table
 
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
     snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC))
     landed = None
-    if args.land:
-        from groupscope.landing import land
-
-        landed = land(snapshot, Path(args.land))
+    if args.landing:
+        landed = land_snapshot(snapshot, Path(args.landing))
     if args.warehouse:
         _load(args.warehouse, snapshot, landed)
     if args.format == "json":
@@ -71,7 +47,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def _load(url: str, snapshot: Any, landed: Any) -> None:
     """Loads the snapshot (raw tables and what-if): from the landing zone when it was landed."""
     from groupscope import warehouse
-    from groupscope.tables import to_tables
+    from groupscope.contract.tables import to_tables
 
     engine = warehouse.engine_for(url)
     try:
@@ -89,7 +65,7 @@ def _load(url: str, snapshot: Any, landed: Any) -> None:
 
 def cmd_warehouse(args: argparse.Namespace) -> int:
     from groupscope import warehouse
-    from groupscope.landing import landed_snapshots
+    from groupscope.land.snapshots import landed_snapshots
 
     engine = warehouse.engine_for(args.url)
     try:
@@ -115,8 +91,8 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from groupscope.assignors import STRATEGIES, assign
-    from groupscope.whatif import advise, moved, skew, what_if
+    from groupscope.simulate.assignors import STRATEGIES, assign
+    from groupscope.simulate.whatif import advise, moved, skew, what_if
 
     if args.strategy not in STRATEGIES:
         raise CliError(f"unknown strategy {args.strategy!r}; choose one of "
@@ -137,6 +113,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     if not args.bootstrap:
         raise CliError("give --bootstrap (a live group) or --input FILE", EXIT_USAGE)
+    from groupscope.collect.collector import take_snapshot
+
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
     snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC))
     group = next((g for g in snapshot.groups if g.group_id == args.group), None)
@@ -167,8 +145,8 @@ def _simulation_input(path: str) -> tuple[Any, Any]:
     """{"members": [{"member_id", "topics": [...], "instance_id"?}], "topics": {"t": 6},
     "previous": {member_id: [{"topic", "partition"}]}?, "lag": [{"topic", "partition",
     "lag"}]?}"""
-    from groupscope.assignors import AssignmentInput, MemberSpec
-    from groupscope.model import TopicPartition
+    from groupscope.contract.model import TopicPartition
+    from groupscope.simulate.assignors import AssignmentInput, MemberSpec
 
     try:
         with open(path, encoding="utf-8") as handle:
@@ -205,53 +183,12 @@ def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=indent) + "\n")
 
 
-def _probe(cluster: ClusterConfig, timeout_s: float) -> Any:
-    """An admin connection that has reached the cluster, or a one-line reason why not."""
-    from groupscope.kafka_admin import AdminConnection
-
-    try:
-        connection = AdminConnection(cluster, timeout_s)
-    except Exception as exc:
-        raise CliError(f"invalid client configuration: {_kafka_message(exc)}", EXIT_USAGE) \
-            from None
-    try:
-        connection.admin.list_topics(timeout=timeout_s)
-    except Exception as exc:
-        reason = connection.diagnosis() or _kafka_message(exc)
-        raise CliError(f"cluster {cluster.name!r} at {cluster.bootstrap} is unavailable: "
-                       f"{reason}", EXIT_UNAVAILABLE) from None
-    return connection
-
-
-def ingest_offsets(cluster: ClusterConfig, landing: Path, timeout_s: float, run_timeout_s: float,
-                   batch_records: int, partitions: list[int] | None = None) -> Any:
-    from confluent_kafka import Consumer
-
-    from groupscope.offsets.ingest import (
-        IngestSettings,
-        IngestUnavailable,
-        consumer_config,
-        ingest,
-        topic_resolver,
-    )
-
-    connection = _probe(cluster, timeout_s)
-    consumer = Consumer(consumer_config(cluster.client))
-    try:
-        return ingest(consumer, cluster.name, landing, datetime.now(UTC),
-                      IngestSettings(batch_records, run_timeout_s, timeout_s),
-                      topic_resolver(connection.admin, timeout_s), partitions)
-    except IngestUnavailable as exc:
-        raise CliError(f"{exc} ({connection.diagnosis() or 'no reason given'})",
-                       EXIT_UNAVAILABLE) from None
-    finally:
-        consumer.close()
-
-
 def cmd_offsets(args: argparse.Namespace) -> int:
+    from groupscope.offsets.ingest import ingest_cluster
+
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
-    result = ingest_offsets(cluster, Path(args.land), args.timeout, args.run_timeout,
-                            args.batch_records)
+    result = ingest_cluster(cluster, Path(args.landing), datetime.now(UTC), args.timeout,
+                            args.run_timeout, args.batch_records)
     _print_json(result.as_dict())
     if not result.complete:
         print("groupscope: warning: ingest is incomplete (see \"incomplete\"); what was read "
@@ -263,15 +200,16 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 def cmd_rebalances(args: argparse.Namespace) -> int:
     import tempfile
 
-    from groupscope.coordinator import offsets_partition_for
+    from groupscope.kafka.admin import reachable
+    from groupscope.kafka.coordinator import offsets_partition_for
     from groupscope.offsets import store
     from groupscope.offsets.events import EVENT_SCHEMAS
-    from groupscope.offsets.ingest import OFFSETS_TOPIC
+    from groupscope.offsets.ingest import OFFSETS_TOPIC, ingest_cluster
     from groupscope.offsets.timeline import build_timeline
-    from groupscope.report import timeline_table
+    from groupscope.serve.report import timeline_table
 
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
-    connection = _probe(cluster, args.timeout)
+    connection = reachable(cluster, args.timeout)
     topic = connection.admin.list_topics(OFFSETS_TOPIC, timeout=args.timeout).topics.get(
         OFFSETS_TOPIC)
     if topic is None or not topic.partitions:
@@ -282,8 +220,8 @@ def cmd_rebalances(args: argparse.Namespace) -> int:
         # With --landing, the landed history (which outlives compaction) is brought up to date
         # and read; without, the group's partition is read from the log into a scratch folder.
         landing = Path(args.landing) if args.landing else Path(scratch)
-        result = ingest_offsets(cluster, landing, args.timeout, args.run_timeout, 50_000,
-                                [partition])
+        result = ingest_cluster(cluster, landing, datetime.now(UTC), args.timeout,
+                                args.run_timeout, 50_000, [partition])
         events = {name: store.read_events(landing, cluster.name, name, partition).to_pylist()
                   for name in EVENT_SCHEMAS}
     timeline = build_timeline(args.group, events)
@@ -307,28 +245,6 @@ def cmd_rebalances(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from groupscope.devstack.demo import Demo
-
-    demo = Demo(args.bootstrap, Path(args.log_dir), kip848=not args.no_kip848)
-    demo.start()
-    print(f"demo workload running against {args.bootstrap}; logs in {args.log_dir}. "
-          "Ctrl-C stops it.", flush=True)
-    started = time.monotonic()
-    try:
-        while args.duration is None or time.monotonic() - started < args.duration:
-            time.sleep(args.churn_every)
-            if args.churn_every > 0:
-                events = demo.churn_once()
-                if events:
-                    print(f"churn: {events}", flush=True)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        demo.stop()
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="groupscope", description="Monitoring and analytics for Kafka consumer groups."
@@ -345,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--format", choices=["json", "table"], default="table")
     snap.add_argument("--timeout", type=float, default=15.0,
                       help="seconds per admin request (default 15)")
-    snap.add_argument("--land", metavar="DIR", help="also land the snapshot as Parquet under DIR")
+    snap.add_argument("--landing", metavar="DIR",
+                      help="also land the snapshot as Parquet under DIR")
     snap.add_argument("--warehouse", metavar="URL",
                       help="also load it into the PostgreSQL warehouse at URL")
     snap.set_defaults(func=cmd_snapshot)
@@ -391,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     oi.add_argument("--bootstrap", required=True)
     oi.add_argument("--config", action="append", metavar="KEY=VALUE")
     oi.add_argument("--cluster", default="default")
-    oi.add_argument("--land", required=True, metavar="DIR",
+    oi.add_argument("--landing", required=True, metavar="DIR",
                     help="the landing folder (events and the read positions live there)")
     oi.add_argument("--batch-records", type=int, default=50_000,
                     help="records per landed batch (default 50000)")
@@ -414,15 +331,6 @@ def build_parser() -> argparse.ArgumentParser:
     reb.add_argument("--run-timeout", type=float, default=300.0)
     reb.set_defaults(func=cmd_rebalances)
 
-    demo = sub.add_parser("demo", help="run the demo workload (producers and consumer groups)")
-    demo.add_argument("--bootstrap", required=True)
-    demo.add_argument("--log-dir", default="dev/.stack/demo")
-    demo.add_argument("--duration", type=float, help="stop after this many seconds")
-    demo.add_argument("--churn-every", type=float, default=20.0,
-                      help="seconds between membership changes (0: none)")
-    demo.add_argument("--no-kip848", action="store_true",
-                      help="leave out the group.protocol=consumer group (Kafka < 4.0)")
-    demo.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -439,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), EXIT_USAGE)
     except CliError as exc:
         return _fail(str(exc), exc.code)
+    except ClusterUnavailable as exc:
+        return _fail(str(exc), EXIT_UNAVAILABLE)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader (head, less) went away: not an error of ours
@@ -450,12 +360,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fail(message: str, code: int) -> int:
     print(f"groupscope: error: {message}", file=sys.stderr)
     return code
-
-
-def _kafka_message(exc: BaseException) -> str:
-    error = exc.args[0] if exc.args else exc
-    text = getattr(error, "str", None)
-    return str(text()) if callable(text) else str(error)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from groupscope.config import ClusterConfig, ConfigError
+from groupscope.contract.cluster import ClusterConfig, ConfigError
+from groupscope.contract.model import Snapshot
+from groupscope.kafka.admin import ClusterUnavailable
+from groupscope.land.snapshots import LandedSnapshot, land, landed_snapshots
+
+if TYPE_CHECKING:
+    from groupscope.analyze.jobs import JobArgs
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +48,24 @@ def cluster_config(name: str, client: Mapping[str, Any]) -> ClusterConfig:
         raise StageFailed(str(exc)) from None
 
 
+def land_snapshot(snapshot: Snapshot, landing: Path) -> LandedSnapshot:
+    """Lands a snapshot with its assignment what-if (computed here: it needs the whole
+    snapshot, and loading then needs nothing but the landing zone)."""
+    from groupscope.simulate.whatif import mart_tables
+
+    return land(snapshot, landing, mart_tables(snapshot))
+
+
 def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
             timeout_s: float) -> dict[str, Any]:
     """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe)."""
-    from groupscope.cli import CliError, take_snapshot
-    from groupscope.landing import land
+    from groupscope.collect.collector import take_snapshot
 
     try:
         snapshot = take_snapshot(cluster, timeout_s, snapshot_ts)
-    except CliError as exc:
+    except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
-    landed = land(snapshot, landing)
+    landed = land_snapshot(snapshot, landing)
     summary = {
         "cluster": cluster.name, "snapshot_id": landed.snapshot_id,
         "snapshot_ts": snapshot.snapshot_ts.isoformat(), "groups": len(snapshot.groups),
@@ -67,14 +80,14 @@ def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
     return summary
 
 
-def ingest(cluster: ClusterConfig, landing: Path, timeout_s: float,
+def ingest(cluster: ClusterConfig, landing: Path, ingest_ts: datetime, timeout_s: float,
            run_timeout_s: float) -> dict[str, Any]:
     """Lands ``__consumer_offsets`` from where the last run stopped; returns its summary."""
-    from groupscope.cli import CliError, ingest_offsets
+    from groupscope.offsets.ingest import ingest_cluster
 
     try:
-        result = ingest_offsets(cluster, landing, timeout_s, run_timeout_s, 50_000)
-    except CliError as exc:
+        result = ingest_cluster(cluster, landing, ingest_ts, timeout_s, run_timeout_s)
+    except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"offsets ingest of cluster {cluster.name!r} failed: {exc}") \
             from None
     summary: dict[str, Any] = result.as_dict()
@@ -88,7 +101,6 @@ def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
                       backlog: timedelta = DEFAULT_BACKLOG) -> list[Any]:
     """Landed snapshots of the last ``backlog`` not yet loaded and not rejected, oldest first."""
     from groupscope import quality, warehouse
-    from groupscope.landing import landed_snapshots
 
     since = now - backlog
     loaded = warehouse.loaded_snapshot_keys(engine, cluster, since)
@@ -125,7 +137,6 @@ def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str
     """Loads the given landed snapshots (ids from ``gate_landed``) into the warehouse, each in
     one transaction; returns how many."""
     from groupscope import warehouse
-    from groupscope.landing import landed_snapshots
 
     wanted = set(snapshot_ids)
     found = [s for s in landed_snapshots(landing, cluster, now - backlog)
@@ -174,6 +185,48 @@ def gate_marts(warehouse_url: str, cluster: str, start: datetime, end: datetime,
     if not result.success:
         raise quality.QualityGateFailed([result])
     return {"subject": result.subject, "expectations": result.expectations}
+
+
+def analytics(spark: Any, job: JobArgs, kind: str) -> dict[str, int]:
+    """Computes one analytics job's marts for its interval and replaces the interval's rows in
+    the warehouse (per time column, in one transaction: a rerun or a backfill leaves the same
+    rows); returns the rows written per mart.
+
+    Not Spark's JDBC writer: it cannot delete an interval and insert its replacement
+    atomically. The marts of one interval are small (aggregates, or one hour of partition rows),
+    so they are collected as Arrow and copied in with COPY on the driver."""
+    from groupscope import warehouse
+    from groupscope.analyze.jobs import compute
+
+    if not job.warehouse:
+        raise StageFailed("no warehouse: give --warehouse or set WAREHOUSE_URL")
+    written: dict[str, int] = {}
+    with _warehouse(job.warehouse) as engine:
+        for ts_column, frames in compute(spark, job, kind):
+            tables = [(name, frame.toArrow()) for name, frame in frames]
+            warehouse.replace_interval_rows(engine, "mart", tables, job.cluster, ts_column,
+                                            job.interval.start, job.interval.end)
+            written.update((name, table.num_rows) for name, table in tables)
+    return written
+
+
+def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
+    """The spark-submit entry point of one analytics job (``spark_jobs/<kind>_job.py``):
+    prints the rows written per mart as JSON."""
+    import json
+
+    from groupscope.analyze.io import session
+    from groupscope.analyze.jobs import parse_args
+
+    job = parse_args(f"{kind}_job", argv)
+    spark = session(f"groupscope-{kind}")
+    try:
+        written = analytics(spark, job, kind)
+    finally:
+        spark.stop()
+    print(json.dumps({"cluster": job.cluster, "start": job.interval.start.isoformat(),
+                      "end": job.interval.end.isoformat(), "rows": written}))
+    return 0
 
 
 @contextlib.contextmanager

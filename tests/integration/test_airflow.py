@@ -28,20 +28,20 @@ import pytest
 from kafkautil import commit_offsets, create_topic, produce_counts
 from sqlalchemy import text
 
-from groupscope.alerts import read_log
-from groupscope.cli import take_snapshot
-from groupscope.config import ClusterConfig
-from groupscope.devstack.airflow import (
+from groupscope.collect.collector import take_snapshot
+from groupscope.contract.cluster import ClusterConfig
+from groupscope.pipeline import land_snapshot as land
+from groupscope.serve.alerts import read_log
+from groupscope_dev.airflow import (
     LocalAirflow,
     connection_env,
     kafka_connection,
     spark_connection,
     warehouse_connection,
 )
-from groupscope.devstack.kafka import KafkaCluster
-from groupscope.devstack.ports import free_ports
-from groupscope.devstack.postgres import LocalPostgres
-from groupscope.landing import land
+from groupscope_dev.kafka import KafkaCluster
+from groupscope_dev.ports import free_ports
+from groupscope_dev.postgres import LocalPostgres
 
 pytestmark = pytest.mark.integration
 HARNESS = Path(__file__).resolve().parents[1] / "airflow_harness.py"

@@ -22,13 +22,15 @@ from conftest import unique
 from kafkautil import commit_offsets, create_topic
 from sqlalchemy import text
 
-from groupscope import sparksubmit
-from groupscope.analytics import jobs
-from groupscope.analytics.io import Interval
-from groupscope.cli import ingest_offsets, take_snapshot
-from groupscope.config import ClusterConfig
-from groupscope.devstack.kafka import KafkaCluster
-from groupscope.landing import land
+from groupscope import pipeline
+from groupscope.analyze import jobs
+from groupscope.analyze import submit as sparksubmit
+from groupscope.analyze.io import Interval
+from groupscope.collect.collector import take_snapshot
+from groupscope.contract.cluster import ClusterConfig
+from groupscope.offsets.ingest import ingest_cluster
+from groupscope.pipeline import land_snapshot as land
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 RATE = 100  # records/s produced
@@ -114,7 +116,7 @@ def landed(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dic
             time.sleep(SNAPSHOT_EVERY_S)
     finally:
         workload.close()
-    ingest_offsets(cluster, root, 15.0, 120.0, 50_000)
+    ingest_cluster(cluster, root, datetime.now(UTC), 15.0, 120.0)
     return {"root": root, "stamped_root": stamped_root,
             "cluster": cluster.name, "stamps": stamps, "topic": topic,
             "slow": slow, "stuck": stuck, "stuck_at": stuck_at}
@@ -148,7 +150,7 @@ def test_lag_job_rerun_and_backfill(landed: dict[str, Any], spark: Any, postgres
     start = stamps[0]
     end = stamps[-1] + timedelta(seconds=1)
     job = _job(landed, start, end, postgres.url)
-    written = jobs.run(spark, job, "lag")
+    written = pipeline.analytics(spark, job, "lag")
     # Two groups x two partitions (the stuck group only one) x 22 snapshots, less the
     # snapshots before the slow group's first commit or assignment.
     assert written["partition_lag"] >= 22 * 2
@@ -156,7 +158,7 @@ def test_lag_job_rerun_and_backfill(landed: dict[str, Any], spark: Any, postgres
         warehouse_engine, "partition_lag", landed["cluster"])})
     first = {t: _mart(warehouse_engine, t, landed["cluster"]) for t in LAG_MARTS}
 
-    jobs.run(spark, job, "lag")  # a rerun
+    pipeline.analytics(spark, job, "lag")  # a rerun
     _same({t: _mart(warehouse_engine, t, landed["cluster"]) for t in LAG_MARTS}, first)
 
     # A backfill of the same span, four intervals one by one, gives the same rows.
@@ -167,7 +169,7 @@ def test_lag_job_rerun_and_backfill(landed: dict[str, Any], spark: Any, postgres
     cuts = [start + (end - start) * k / 4 for k in range(5)]
     for a, b in itertools.pairwise(cuts):
         piece = _job(landed, a, b, postgres.url)
-        jobs.run(spark, piece, "lag")
+        pipeline.analytics(spark, piece, "lag")
     _same({t: _mart(warehouse_engine, t, landed["cluster"]) for t in LAG_MARTS}, first)
 
     statuses = {r[2]: r[3] for r in _mart(warehouse_engine, "group_status", landed["cluster"])}
@@ -178,7 +180,7 @@ def test_estimated_time_lag_against_the_exact_record_timestamp(
         landed: dict[str, Any], spark: Any, postgres: Any, warehouse_engine: Any) -> None:
     stamps = landed["stamps"]
     job = _job(landed, stamps[0], stamps[-1] + timedelta(seconds=1), postgres.url)
-    jobs.run(spark, job, "lag")
+    pipeline.analytics(spark, job, "lag")
     with warehouse_engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT snapshot_ts, time_lag_estimated_s, time_lag_exact_s, time_lag_kind "
@@ -206,8 +208,8 @@ def test_rebalance_and_skew_jobs_rerun_identically(landed: dict[str, Any], spark
     job = _job(landed, first_hour, end, postgres.url)
     results = []
     for _ in range(2):
-        jobs.run(spark, job, "rebalance")
-        jobs.run(spark, job, "skew")
+        pipeline.analytics(spark, job, "rebalance")
+        pipeline.analytics(spark, job, "skew")
         results.append({t: _mart(warehouse_engine, t, landed["cluster"]) for t in (
             "rebalance_events", "rebalance_hourly", "group_skew", "strategy_skew_hourly")})
     assert results[0] == results[1]
@@ -233,8 +235,8 @@ def test_hourly_jobs_backfill_equals_hour_by_hour(landed: dict[str, Any], spark:
 
     def run(a: datetime, b: datetime) -> None:
         job = _job(data, a, b, postgres.url)
-        jobs.run(spark, job, "rebalance")
-        jobs.run(spark, job, "skew")
+        pipeline.analytics(spark, job, "rebalance")
+        pipeline.analytics(spark, job, "skew")
 
     def clear() -> None:
         with warehouse_engine.begin() as conn:

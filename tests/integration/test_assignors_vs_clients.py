@@ -15,10 +15,10 @@ import pytest
 from conftest import unique
 from kafkautil import Member, create_topic, take_snapshot, wait_until
 
-from groupscope.assignors import AssignmentInput, MemberSpec, assign
-from groupscope.devstack.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath, kafka_libs
-from groupscope.model import TopicPartition
-from groupscope.whatif import moved
+from groupscope.contract.model import TopicPartition
+from groupscope.simulate.assignors import AssignmentInput, MemberSpec, assign
+from groupscope.simulate.whatif import moved
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath, kafka_libs
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import unique
 from kafkautil import admin, commit_offsets, create_topic, take_snapshot, wait_until
 
-from groupscope.coordinator import java_string_hashcode, offsets_partition_for
-from groupscope.devstack.kafka import KafkaCluster, require_java
+from groupscope.kafka.coordinator import java_string_hashcode, offsets_partition_for
+from groupscope_dev.kafka import KafkaCluster, require_java
 
 pytestmark = pytest.mark.integration
 

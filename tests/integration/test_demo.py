@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from kafkautil import take_snapshot, wait_until
 
-from groupscope.devstack.demo import DEMO_GROUPS, TOPICS, Demo, GroupSpec
-from groupscope.devstack.kafka import KafkaCluster
-from groupscope.model import GroupType, Snapshot, TopicPartition
+from groupscope.contract.model import GroupType, Snapshot, TopicPartition
+from groupscope_dev.demo import DEMO_GROUPS, TOPICS, Demo, GroupSpec
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

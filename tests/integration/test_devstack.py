@@ -23,11 +23,11 @@ from kafkautil import (
     wait_until,
 )
 
-from groupscope.devstack import StackError
-from groupscope.devstack.__main__ import Stack
-from groupscope.devstack.kafka import KafkaCluster, kafka_libs, require_java
-from groupscope.devstack.ports import LOOPBACK, free_port_block, free_ports
-from groupscope.model import GroupType
+from groupscope.contract.model import GroupType
+from groupscope_dev import StackError
+from groupscope_dev.__main__ import Stack
+from groupscope_dev.kafka import KafkaCluster, kafka_libs, require_java
+from groupscope_dev.ports import LOOPBACK, free_port_block, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +142,7 @@ def test_postgres_runs_for_a_normal_user() -> None:
                     pytest.skip("no Python 3.11 with this checkout's packages is usable by "
                                 "an unprivileged user here")
         script = (
-            "from pathlib import Path; from groupscope.devstack.postgres import LocalPostgres;"
+            "from pathlib import Path; from groupscope_dev.postgres import LocalPostgres;"
             "import psycopg;"
             f"pg = LocalPostgres(Path({str(home / 'pg')!r}), port={free_ports(1)[0]});"
             "assert not pg.as_root; pg.start();"

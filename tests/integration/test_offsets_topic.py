@@ -22,11 +22,11 @@ from confluent_kafka.admin import NewPartitions
 from conftest import unique
 from kafkautil import admin, create_topic, take_snapshot, wait_until
 
-from groupscope.devstack.kafka import KafkaCluster
 from groupscope.offsets import store
 from groupscope.offsets.events import EVENT_KEYS, EVENT_SCHEMAS
 from groupscope.offsets.ingest import IngestSettings, consumer_config, ingest, topic_resolver
 from groupscope.offsets.timeline import build_timeline
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 MEMBER = Path(__file__).resolve().parent.parent / "member_process.py"
@@ -295,7 +295,7 @@ def test_commit_counts_transactions_reruns_and_a_killed_ingest(
     # An ingest killed mid-run, then restarted, lands every event exactly once.
     killed = tmp_path / "killed"
     command = [sys.executable, "-m", "groupscope.cli", "offsets", "ingest", "--bootstrap",
-               bootstrap, "--cluster", "it", "--land", str(killed), "--batch-records", "3"]
+               bootstrap, "--cluster", "it", "--landing", str(killed), "--batch-records", "3"]
     run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: len(store.batches(killed, "it")) >= 20 or run.poll() is not None, 60,
                "the first batches")

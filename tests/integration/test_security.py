@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import SASL_USERS
 
-from groupscope.devstack.kafka import KafkaCluster
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from kafkautil import (
     wait_until,
 )
 
-from groupscope.collector import ClusterUnavailable
-from groupscope.devstack.kafka import KafkaCluster
-from groupscope.model import GroupType, Stage, TopicPartition
+from groupscope.collect.collector import ClusterUnavailable
+from groupscope.contract.model import GroupType, Stage, TopicPartition
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_simple_group_and_owned_partition_without_commit(kafka: KafkaCluster) ->
     g = _group(snapshot, group)
     assert g.is_simple and g.state == "Empty" and g.members == ()
     assert [(o.partition, o.offset) for o in g.offsets] == [(1, 4)]
-    from groupscope.report import snapshot_json
+    from groupscope.serve.report import snapshot_json
 
     doc = next(x for x in snapshot_json(snapshot)["groups"] if x["group_id"] == group)
     assert doc["type"] == "classic" and doc["protocol_type"] == ""
@@ -205,7 +205,7 @@ def test_topic_deleted_mid_snapshot_is_recorded(kafka: KafkaCluster) -> None:
 
 
 def test_unreachable_cluster_raises_clear_error() -> None:
-    from groupscope.devstack.ports import free_ports
+    from groupscope_dev.ports import free_ports
 
     port = free_ports(1)[0]
     with pytest.raises(ClusterUnavailable, match="unavailable"):
@@ -232,7 +232,7 @@ def test_cli_json_and_errors(kafka: KafkaCluster) -> None:
                            capture_output=True, text=True, check=True).stdout
     assert group in table and "simple" in table
 
-    from groupscope.devstack.ports import free_ports
+    from groupscope_dev.ports import free_ports
 
     for args, expected in [
         (["--bootstrap", f"127.0.0.1:{free_ports(1)[0]}", "--timeout", "3"], "unavailable"),
@@ -278,7 +278,7 @@ def test_other_protocol_types_are_recorded_as_such(kafka: KafkaCluster) -> None:
     assert [(m.member_id, m.client_id) for m in g.members] == [
         (worker.member_id, "raw-connect-worker")]
     assert g.members[0].assignment == ()  # opaque to us: never decoded as a consumer's
-    from groupscope.report import snapshot_table
+    from groupscope.serve.report import snapshot_table
 
     assert "classic/connect" in snapshot_table(snapshot)
 
@@ -297,7 +297,7 @@ def test_offsets_below_log_start_and_beyond_high_watermark_are_reported(
 ) -> None:
     from confluent_kafka import TopicPartition as KafkaTP
 
-    from groupscope.report import snapshot_json
+    from groupscope.serve.report import snapshot_json
 
     topic = unique("retention")
     create_topic(kafka.bootstrap, topic, 2)

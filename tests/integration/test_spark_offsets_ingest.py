@@ -15,10 +15,10 @@ from conftest import unique
 from kafkautil import create_topic
 from test_offsets_topic import _ingest_all
 
-from groupscope import sparksubmit
-from groupscope.devstack.kafka import KafkaCluster, spark_kafka_libs
+from groupscope.analyze import submit as sparksubmit
 from groupscope.offsets import store
 from groupscope.offsets.events import EVENT_SCHEMAS
+from groupscope_dev.kafka import KafkaCluster, spark_kafka_libs
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ def _commit(bootstrap: str, group: str, topic: str, times: int) -> None:
 
 def _spark_ingest(bootstrap: str, root: Path) -> dict[str, Any]:
     argv = sparksubmit.command("offsets_ingest.py", [
-        "--bootstrap", bootstrap, "--cluster", "it", "--land", str(root),
+        "--bootstrap", bootstrap, "--cluster", "it", "--landing", str(root),
         "--batch-records", "500"], jars=spark_kafka_libs())
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
                           env=sparksubmit.environment())

@@ -12,9 +12,9 @@ from kafkautil import commit_offsets, create_topic, produce_counts, take_snapsho
 from sqlalchemy import Engine, text
 
 from groupscope import warehouse
-from groupscope.devstack.kafka import KafkaCluster
-from groupscope.landing import land, landed_snapshots
-from groupscope.tables import KEYS, SCHEMAS, to_tables
+from groupscope.contract.tables import KEYS, SCHEMAS, to_tables
+from groupscope.land.snapshots import land, landed_snapshots
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +122,7 @@ def test_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
 
 
 def test_mart_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
-    from groupscope.whatif import ADVICE_SCHEMA, WHATIF_SCHEMA
+    from groupscope.simulate.whatif import ADVICE_SCHEMA, WHATIF_SCHEMA
 
     with warehouse_engine.connect() as conn:
         for table, schema in (("assignment_whatif", WHATIF_SCHEMA),
@@ -147,7 +147,7 @@ def test_migrations_are_idempotent_and_guarded(warehouse_engine: Engine, tmp_pat
 def test_warehouse_down_is_a_clear_error_and_landed_data_is_kept(
     kafka: KafkaCluster, warehouse_engine: Engine, tmp_path: Path
 ) -> None:
-    from groupscope.devstack.ports import free_ports
+    from groupscope_dev.ports import free_ports
 
     snapshot = take_snapshot(kafka.bootstrap, cluster=unique("down"))
     landed = land(snapshot, tmp_path)

@@ -13,7 +13,7 @@ from kafkautil import Member, create_topic, take_snapshot, wait_until
 from sqlalchemy import Engine, text
 
 from groupscope import warehouse
-from groupscope.devstack.kafka import KafkaCluster
+from groupscope_dev.kafka import KafkaCluster
 
 pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "groupscope.cli", "simulate"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from groupscope.alerts import Alert, read_log, send
+from groupscope.serve.alerts import Alert, read_log, send
 
 ALERT = Alert("critical", "groupscope_snapshot_prod: task collect failed",
               "snapshot of cluster 'prod' failed: unavailable", datetime(2026, 11, 21, tzinfo=UTC),

@@ -12,8 +12,8 @@ pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from groupscope.analytics import lag as L  # noqa: E402
-from groupscope.analytics.io import spark_schema  # noqa: E402
+from groupscope.analyze import lag as L  # noqa: E402
+from groupscope.analyze.io import spark_schema  # noqa: E402
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 

@@ -11,9 +11,9 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession
 
-from groupscope.analytics import rebalance as R
-from groupscope.analytics import skew as S
-from groupscope.analytics.io import spark_schema
+from groupscope.analyze import rebalance as R
+from groupscope.analyze import skew as S
+from groupscope.analyze.io import spark_schema
 
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
 

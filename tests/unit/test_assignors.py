@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupscope.assignors import (
+from groupscope.contract.model import TopicPartition
+from groupscope.simulate.assignors import (
     STRATEGIES,
     AssignmentInput,
     MemberSpec,
     assign,
     member_order,
 )
-from groupscope.model import TopicPartition
 
 
 def tp(topic: str, partition: int) -> TopicPartition:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from groupscope.collector import ClusterUnavailable, Collector, CollectorSettings
-from groupscope.model import Stage
+from groupscope.collect.collector import ClusterUnavailable, Collector, CollectorSettings
+from groupscope.contract.model import Stage
 
 TS = datetime(2026, 11, 21, tzinfo=UTC)
 

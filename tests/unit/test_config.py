@@ -1,6 +1,6 @@
 import pytest
 
-from groupscope.config import MASK, ClusterConfig, ConfigError, parse_key_values, redact
+from groupscope.contract.cluster import MASK, ClusterConfig, ConfigError, parse_key_values, redact
 
 
 def test_key_values_keep_equals_signs_in_values() -> None:

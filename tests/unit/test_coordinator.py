@@ -4,7 +4,7 @@ and the formula against real brokers."""
 
 import pytest
 
-from groupscope.coordinator import java_string_hashcode, offsets_partition_for
+from groupscope.kafka.coordinator import java_string_hashcode, offsets_partition_for
 
 HASHES = [
     # 1. the empty string hashes to 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from groupscope.model import TopicPartition
+from groupscope.contract.model import TopicPartition
 from groupscope.offsets.decoder import (
     ClassicMember,
     ConsumerGroupMetadataValue,

@@ -5,8 +5,8 @@ import struct
 
 import pytest
 
-from groupscope.model import TopicPartition
-from groupscope.protocol import ProtocolDecodeError, decode_assignment, decode_subscription
+from groupscope.contract.model import TopicPartition
+from groupscope.kafka.protocol import ProtocolDecodeError, decode_assignment, decode_subscription
 
 
 def _s(text: str) -> bytes:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from groupscope import quality
-from groupscope.landing import LandedSnapshot
-from groupscope.model import GroupType
+from groupscope.contract.model import GroupType
+from groupscope.land.snapshots import LandedSnapshot
 
 MANIFEST = {"cluster": "c1", "group_count": 1, "partition_count": 2, "error_count": 0}
 TS = pd.Timestamp("2026-11-21T10:00:00Z")

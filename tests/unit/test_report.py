@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from groupscope.model import (
+from groupscope.contract.model import (
     CollectionError,
     CommittedOffset,
     Group,
@@ -14,7 +14,7 @@ from groupscope.model import (
     TopicInfo,
     TopicPartition,
 )
-from groupscope.report import printable, snapshot_json, snapshot_table
+from groupscope.serve.report import printable, snapshot_json, snapshot_table
 
 TS = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

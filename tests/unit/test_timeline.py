@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from groupscope.model import TopicPartition
+from groupscope.contract.model import TopicPartition
 from groupscope.offsets.decoder import (
     ClassicMember,
     GroupKey,

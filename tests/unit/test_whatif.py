@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from groupscope.model import (
+from groupscope.contract.model import (
     CommittedOffset,
     Group,
     GroupType,
@@ -12,7 +12,7 @@ from groupscope.model import (
     TopicInfo,
     TopicPartition,
 )
-from groupscope.whatif import mart_tables, moved, skew, what_if
+from groupscope.simulate.whatif import mart_tables, moved, skew, what_if
 
 TS = datetime(2026, 11, 21, tzinfo=UTC)
 TOPICS = ["a", "b", "c", "d"]

@@ -3,7 +3,7 @@ each one, as test vectors for ``groupscope.offsets.decoder``.
 
     .venv/bin/python tests/vectors/capture_offsets_vectors.py --kafka-version 4.3.1
 
-It starts a one-broker KRaft cluster from the Maven Central jars (``groupscope.devstack``), runs
+It starts a one-broker KRaft cluster from the Maven Central jars (``groupscope_dev``), runs
 a scripted workload (below), reads every record of ``__consumer_offsets`` with its raw key and
 value bytes, stops the broker, and runs Kafka's ``DumpLogSegments --offsets-decoder`` over the
 topic's segment files. Each vector is one record: partition, offset, the raw bytes in hex and
@@ -32,8 +32,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from groupscope.devstack.kafka import KafkaCluster, classpath, kafka_libs, require_java
-from groupscope.devstack.ports import free_port_block
+from groupscope_dev.kafka import KafkaCluster, classpath, kafka_libs, require_java
+from groupscope_dev.ports import free_port_block
 
 OFFSETS_PARTITIONS = 3
 HERE = Path(__file__).resolve().parent

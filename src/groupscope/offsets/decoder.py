@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from groupscope.model import TopicPartition
-from groupscope.protocol import (
+from groupscope.contract.model import TopicPartition
+from groupscope.kafka.protocol import (
     ProtocolDecodeError,
     Subscription,
     decode_assignment,

@@ -22,6 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from groupscope.contract.cluster import ClusterConfig
+from groupscope.kafka.admin import ClusterUnavailable, reachable
 from groupscope.offsets import store
 from groupscope.offsets.events import EventBuilder, record_kind_counts
 
@@ -313,3 +315,23 @@ def read_watermarks(client_config: Mapping[str, str], timeout_s: float,
         consumer.close()
     names = topic_resolver(AdminClient(dict(client_config)), timeout_s)({"*"})
     return watermarks, dict(names)
+
+
+def ingest_cluster(cluster: ClusterConfig, landing: Path, ingest_ts: datetime,
+                   timeout_s: float, run_timeout_s: float, batch_records: int = 50_000,
+                   partitions: list[int] | None = None) -> IngestResult:
+    """Lands ``__consumer_offsets`` of ``cluster`` from where the last run stopped. Raises
+    ConfigError (bad client settings) or ClusterUnavailable, with librdkafka's reason."""
+    from confluent_kafka import Consumer
+
+    connection = reachable(cluster, timeout_s)
+    consumer = Consumer(consumer_config(cluster.client))
+    try:
+        return ingest(consumer, cluster.name, landing, ingest_ts,
+                      IngestSettings(batch_records, run_timeout_s, timeout_s),
+                      topic_resolver(connection.admin, timeout_s), partitions)
+    except IngestUnavailable as exc:
+        raise ClusterUnavailable(f"{exc} ({connection.diagnosis() or 'no reason given'})") \
+            from None
+    finally:
+        consumer.close()

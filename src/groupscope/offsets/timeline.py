@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from groupscope.assignors import Assignment
-from groupscope.model import TopicPartition
+from groupscope.contract.model import Assignment, TopicPartition
 
 Row = Mapping[str, Any]
 COOPERATIVE_PROTOCOLS = frozenset({"cooperative-sticky"})

@@ -1,0 +1,1 @@
+"""Land: raw snapshots as Parquet in the landing zone, append-only."""

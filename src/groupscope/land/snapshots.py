@@ -1,0 +1,117 @@
+"""The landing zone: raw snapshots as Parquet, append-only, never rewritten.
+
+Layout, one file per table and snapshot::
+
+    <root>/snapshots/<table>/cluster=<c>/date=YYYY-MM-DD/hour=HH/<snapshot_id>.parquet
+
+The ``snapshots`` table is the manifest and is written last, each file through a temporary
+name and an atomic rename: a reader that finds a manifest finds all of that snapshot's tables.
+
+The assignment what-if of a snapshot (``groupscope.simulate``) needs the whole snapshot object,
+so it is computed before the snapshot lands and kept beside it::
+
+    <root>/whatif/<table>/cluster=<c>/date=YYYY-MM-DD/hour=HH/<snapshot_id>.parquet
+
+Loading into the warehouse then needs nothing but the landing zone.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from groupscope.contract.model import Snapshot
+from groupscope.contract.tables import LOAD_ORDER, SCHEMAS, WHATIF_SCHEMAS, snapshot_id, to_tables
+
+
+@dataclass(frozen=True)
+class LandedSnapshot:
+    root: Path
+    cluster: str
+    snapshot_ts: datetime
+    snapshot_id: str
+
+    def path(self, table: str) -> Path:
+        return partition_dir(self.root, table, self.cluster, self.snapshot_ts) / (
+            f"{self.snapshot_id}.parquet"
+        )
+
+    def read(self) -> dict[str, pa.Table]:
+        # A table added to the landing zone later is empty in snapshots landed before it.
+        return {t: pq.read_table(self.path(t), schema=SCHEMAS[t]) if self.path(t).exists()
+                else SCHEMAS[t].empty_table() for t in SCHEMAS}
+
+    def whatif_path(self, table: str) -> Path:
+        return partition_dir(self.root, table, self.cluster, self.snapshot_ts, "whatif") / (
+            f"{self.snapshot_id}.parquet"
+        )
+
+    def read_whatif(self) -> list[tuple[str, pa.Table]]:
+        """The what-if mart tables, in load order (empty for a snapshot landed before the
+        what-if was kept in the landing zone)."""
+        return [(t, pq.read_table(self.whatif_path(t), schema=schema)
+                 if self.whatif_path(t).exists() else schema.empty_table())
+                for t, schema in WHATIF_SCHEMAS.items()]
+
+
+def partition_dir(root: Path, table: str, cluster: str, ts: datetime,
+                  kind: str = "snapshots") -> Path:
+    return (
+        root / kind / table / f"cluster={cluster}" / f"date={ts:%Y-%m-%d}"
+        / f"hour={ts:%H}"
+    )
+
+
+def land(snapshot: Snapshot, root: Path,
+         whatif: Sequence[tuple[str, pa.Table]] = ()) -> LandedSnapshot:
+    """Writes the snapshot, and its what-if mart tables (``simulate.whatif.mart_tables``) beside
+    it. Landing one that is already landed (same cluster and time) is a no-op: the landing zone
+    is append-only."""
+    landed = LandedSnapshot(root, snapshot.cluster, snapshot.snapshot_ts, snapshot_id(snapshot))
+    if landed.path("snapshots").exists():
+        return landed
+    for table_name, table in whatif:
+        _write(table, landed.whatif_path(table_name))
+    for table_name, table in _ordered(to_tables(snapshot)):
+        _write(table, landed.path(table_name))
+    return landed
+
+
+def _write(table: pa.Table, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    pq.write_table(table, temporary, compression="zstd")
+    os.replace(temporary, target)
+
+
+def _ordered(tables: dict[str, pa.Table]) -> Iterator[tuple[str, pa.Table]]:
+    for name in LOAD_ORDER:
+        yield name, tables[name]
+
+
+def landed_snapshots(root: Path, cluster: str | None = None,
+                     since: datetime | None = None) -> list[LandedSnapshot]:
+    """Every snapshot whose manifest is in the landing zone, oldest first; with ``since``, only
+    those of its hour and later (reads only those hours' folders)."""
+    base = root / "snapshots" / "snapshots"
+    pattern = f"cluster={cluster}/*/*/*.parquet" if cluster else "cluster=*/*/*/*.parquet"
+    manifests = base.glob(pattern)
+    if since is not None:
+        first = f"date={since:%Y-%m-%d}/hour={since:%H}"
+        manifests = (m for m in manifests
+                     if f"{m.parent.parent.name}/{m.parent.name}" >= first)
+    found = []
+    for manifest in manifests:
+        row = pq.read_table(manifest, columns=["cluster", "snapshot_ts", "snapshot_id"])
+        record = row.to_pylist()[0]
+        found.append(
+            LandedSnapshot(root, record["cluster"], record["snapshot_ts"], record["snapshot_id"])
+        )
+    return sorted(found, key=lambda s: (s.snapshot_ts, s.cluster))

@@ -1,0 +1,361 @@
+"""Data-quality gates between the stages, as Great Expectations 1.x suites over pandas frames.
+
+Two suites:
+
+- ``landed_snapshot``: one landed snapshot, before it is loaded into the warehouse. Keys are
+  present and unique in every table (Parquet enforces neither), every row belongs to the
+  manifest's cluster, the snapshot is complete against its own manifest (one manifest row;
+  as many groups, partitions and collection errors as it counts), offsets are ordered as Kafka
+  orders them (log start <= last stable <= high watermark) and partitions, offsets and
+  enumerations are in range. A snapshot that fails is rejected: it stays in the landing zone,
+  marked, and is never loaded until an operator removes the mark.
+- ``marts``: one interval of the analytics marts, after the Spark jobs replaced it. The rule
+  ``log start <= committed <= high watermark`` holds for every partition row unless the row is
+  flagged (``lag_beyond_retention``, or a negative lag: committed beyond the high watermark);
+  ``lag = high watermark - committed``; statuses are in their closed sets; counts are not
+  negative; and every loaded snapshot of the interval has exactly one lag row per partition
+  that a group committed or owned (the mart is complete). Keys are not checked there: the
+  warehouse's primary keys enforce them.
+
+Every run is kept in ``ops.quality_results`` (passed or not). The expectations themselves are
+plain data (``landed_checks``, ``mart_checks``) so they can be read and tested without GE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from groupscope.contract.model import GroupType
+from groupscope.contract.tables import KEYS, SCHEMAS
+from groupscope.land.snapshots import LandedSnapshot
+
+LANDED_SUITE = "landed_snapshot"
+MARTS_SUITE = "marts"
+
+# (GE expectation class name, its arguments); a ``row_condition`` is (column, value): only
+# the rows where the column equals the value are checked.
+Check = tuple[str, dict[str, Any]]
+
+PARTITION_STATUSES = ["OK", "WARN", "STALL", "STOP", "REWIND"]
+GROUP_STATUSES = ["OK", "WARN", "ERR"]
+TIME_LAG_KINDS = ["interpolated", "extrapolated", "at_least", "caught_up", "unknown"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    table: str
+    expectation: str
+    arguments: dict[str, Any]
+    observed: str
+
+    def describe(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.arguments.items())
+        return f"{self.table}: {self.expectation}({args}) failed: {self.observed}"
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    suite: str
+    cluster: str
+    subject: str
+    expectations: int
+    failures: tuple[Failure, ...] = field(default=())
+
+    @property
+    def success(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        head = (f"{self.suite} {self.subject}: {self.expectations - len(self.failures)}/"
+                f"{self.expectations} expectations passed")
+        return "\n".join([head, *(f"  - {f.describe()}" for f in self.failures)])
+
+
+class QualityGateFailed(RuntimeError):
+    """A suite failed: what it checked must not flow downstream."""
+
+    def __init__(self, results: list[SuiteResult]) -> None:
+        failed = [r for r in results if not r.success]
+        super().__init__(
+            f"data quality gate failed for {len(failed)} of {len(results)} subject(s):\n"
+            + "\n".join(r.summary() for r in failed))
+        self.results = results
+
+
+# --- the landed-snapshot suite ------------------------------------------------------------
+
+def landed_checks(manifest: Mapping[str, Any]) -> dict[str, list[Check]]:
+    """The expectations for one landed snapshot, whose manifest row is ``manifest``."""
+    checks: dict[str, list[Check]] = {}
+    for table, keys in KEYS.items():
+        checks[table] = [
+            *(("ExpectColumnValuesToNotBeNull", {"column": c}) for c in keys),
+            ("ExpectCompoundColumnsToBeUnique", {"column_list": list(keys)}),
+            ("ExpectColumnValuesToBeInSet", {"column": "cluster",
+                                             "value_set": [manifest["cluster"]]}),
+        ]
+        if "partition" in SCHEMAS[table].names:
+            checks[table].append(("ExpectColumnValuesToBeBetween",
+                                  {"column": "partition", "min_value": 0}))
+    checks["snapshots"].append(("ExpectTableRowCountToEqual", {"value": 1}))
+    checks["consumer_groups"] += [
+        ("ExpectTableRowCountToEqual", {"value": manifest["group_count"]}),
+        ("ExpectColumnValuesToBeInSet", {"column": "group_type",
+                                         "value_set": [t.value for t in GroupType]}),
+        ("ExpectColumnValuesToBeBetween", {"column": "member_count", "min_value": 0}),
+    ]
+    checks["partition_offsets"] += [
+        ("ExpectTableRowCountToEqual", {"value": manifest["partition_count"]}),
+        *(("ExpectColumnPairValuesAToBeGreaterThanB",
+           {"column_A": high, "column_B": low, "or_equal": True,
+            "ignore_row_if": "either_value_is_missing"})
+          for high, low in (("last_stable_offset", "log_start_offset"),
+                            ("high_watermark", "last_stable_offset"),
+                            ("high_watermark", "log_start_offset"))),
+        ("ExpectColumnValuesToBeBetween", {"column": "log_start_offset", "min_value": 0}),
+    ]
+    checks["committed_offsets"].append(
+        ("ExpectColumnValuesToBeBetween", {"column": "committed_offset", "min_value": 0}))
+    checks["member_assignments"].append(
+        ("ExpectColumnValuesToBeInSet", {"column": "kind", "value_set": ["current", "target"]}))
+    checks["collection_errors"].append(
+        ("ExpectTableRowCountToEqual", {"value": manifest["error_count"]}))
+    return checks
+
+
+def check_landed(landed: LandedSnapshot) -> SuiteResult:
+    """Runs the landed-snapshot suite. A snapshot whose files cannot even be read fails with
+    the reason, without GE."""
+    subject = landed.snapshot_id
+    try:
+        tables = landed.read()
+        manifest_rows = tables["snapshots"].to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        return SuiteResult(LANDED_SUITE, landed.cluster, subject, 1, (
+            Failure("*", "readable", {}, f"{type(exc).__name__}: {exc}"),))
+    if len(manifest_rows) != 1:
+        return SuiteResult(LANDED_SUITE, landed.cluster, subject, 1, (
+            Failure("snapshots", "ExpectTableRowCountToEqual", {"value": 1},
+                    f"observed {len(manifest_rows)}"),))
+    frames = {name: table.to_pandas() for name, table in tables.items()}
+    expectations, failures = validate(f"{LANDED_SUITE}-{subject}", frames,
+                                      landed_checks(manifest_rows[0]))
+    return SuiteResult(LANDED_SUITE, landed.cluster, subject, expectations, tuple(failures))
+
+
+# --- the marts suite -----------------------------------------------------------------------
+
+def mart_checks() -> dict[str, list[Check]]:
+    unless_flagged = "either_value_is_missing"
+    return {
+        "partition_lag": [
+            ("ExpectColumnPairValuesAToBeGreaterThanB",
+             {"column_A": "committed_offset", "column_B": "log_start_offset", "or_equal": True,
+              "ignore_row_if": unless_flagged,
+              "row_condition": ("lag_beyond_retention", False)}),
+            ("ExpectColumnPairValuesAToBeGreaterThanB",
+             {"column_A": "high_watermark", "column_B": "committed_offset", "or_equal": True,
+              "ignore_row_if": unless_flagged,
+              "row_condition": ("negative_lag", False)}),
+            ("ExpectColumnPairValuesToBeEqual",
+             {"column_A": "lag", "column_B": "high_watermark_minus_committed",
+              "ignore_row_if": unless_flagged}),
+            ("ExpectColumnValuesToBeInSet",
+             {"column": "time_lag_kind", "value_set": TIME_LAG_KINDS}),
+            ("ExpectColumnValuesToBeBetween", {"column": "catch_up_s", "min_value": 0}),
+        ],
+        "partition_status": [
+            ("ExpectColumnValuesToBeInSet",
+             {"column": "status", "value_set": PARTITION_STATUSES}),
+        ],
+        "group_status": [
+            ("ExpectColumnValuesToBeInSet", {"column": "status", "value_set": GROUP_STATUSES}),
+        ],
+        "rebalance_hourly": [
+            ("ExpectColumnValuesToBeBetween", {"column": "rebalances", "min_value": 0}),
+        ],
+        "group_skew": [
+            ("ExpectColumnValuesToBeBetween", {"column": "max_minus_min", "min_value": 0}),
+            ("ExpectColumnValuesToBeBetween", {"column": "members", "min_value": 0}),
+        ],
+        "lag_coverage": [
+            ("ExpectColumnPairValuesToBeEqual",
+             {"column_A": "mart_rows", "column_B": "raw_partitions"}),
+        ],
+    }
+
+
+_MART_QUERIES = {
+    "partition_lag": """
+        SELECT committed_offset, log_start_offset, high_watermark, lag, lag_beyond_retention,
+               COALESCE(lag < 0, false) AS negative_lag,
+               high_watermark - committed_offset AS high_watermark_minus_committed,
+               time_lag_kind, catch_up_s
+        FROM mart.partition_lag
+        WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end""",
+    "partition_status": """SELECT status FROM mart.partition_status
+        WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end""",
+    "group_status": """SELECT status FROM mart.group_status
+        WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end""",
+    "rebalance_hourly": """SELECT rebalances FROM mart.rebalance_hourly
+        WHERE cluster = :cluster AND period_start >= :start AND period_start < :end""",
+    "group_skew": """SELECT max_minus_min, members FROM mart.group_skew
+        WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end""",
+    # Per loaded snapshot: the partitions a group committed or owned (what the lag job must
+    # have a row for) against the rows it wrote.
+    "lag_coverage": """
+        WITH s AS (SELECT cluster, snapshot_ts FROM raw.snapshots
+                   WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end),
+        raw_rows AS (
+            SELECT cluster, snapshot_ts, group_id, topic, partition FROM raw.committed_offsets
+            JOIN s USING (cluster, snapshot_ts)
+            UNION
+            SELECT cluster, snapshot_ts, group_id, topic, partition FROM raw.member_assignments
+            JOIN s USING (cluster, snapshot_ts) WHERE kind = 'current')
+        SELECT s.snapshot_ts,
+               (SELECT count(*) FROM raw_rows r WHERE r.snapshot_ts = s.snapshot_ts)
+                   AS raw_partitions,
+               (SELECT count(*) FROM mart.partition_lag m
+                WHERE m.cluster = s.cluster AND m.snapshot_ts = s.snapshot_ts) AS mart_rows
+        FROM s""",
+}
+
+
+def check_marts(engine: Any, cluster: str, start: datetime, end: datetime) -> SuiteResult:
+    """Runs the marts suite over [start, end) of one cluster."""
+    import pandas as pd  # type: ignore[import-untyped]
+    from sqlalchemy import text
+
+    from groupscope.warehouse import connect
+
+    params = {"cluster": cluster, "start": start, "end": end}
+    frames = {}
+    with connect(engine) as conn:
+        for name, sql in _MART_QUERIES.items():
+            rows = conn.execute(text(sql), params)
+            frames[name] = pd.DataFrame(rows.fetchall(), columns=list(rows.keys()))
+    subject = f"{start.isoformat()}/{end.isoformat()}"
+    expectations, failures = validate(f"{MARTS_SUITE}-{cluster}", frames, mart_checks())
+    return SuiteResult(MARTS_SUITE, cluster, subject, expectations, tuple(failures))
+
+
+# --- running suites and keeping their results ------------------------------------------------
+
+def validate(name: str, frames: Mapping[str, Any],
+             checks: Mapping[str, list[Check]]) -> tuple[int, list[Failure]]:
+    """Runs ``checks`` (per table) over the pandas ``frames`` with Great Expectations; returns
+    how many expectations ran and the failed ones."""
+    # GE reports usage over the network by default; the only network here is Kafka's.
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_pandas(name)
+    count, failures = 0, []
+    for table, table_checks in checks.items():
+        suite = context.suites.add(gx.ExpectationSuite(name=f"{name}-{table}"))
+        for expectation, arguments in table_checks:
+            suite.add_expectation(getattr(gxe, expectation)(**_ge_arguments(arguments)))
+        definition = context.validation_definitions.add(gx.ValidationDefinition(
+            name=f"{name}-{table}", suite=suite,
+            data=source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("all")))
+        result = definition.run(batch_parameters={"dataframe": frames[table]})
+        # GE does not keep the order the expectations were added in: each result names its own.
+        for item in result.results:
+            count += 1
+            if not item.success:
+                config = item.expectation_config
+                name = _class_name(config.type) if config else "unknown expectation"
+                arguments = ({k: v for k, v in config.kwargs.items() if k != "batch_id"}
+                             if config else {})
+                failures.append(Failure(table, name, arguments, _observed(item)))
+    return count, failures
+
+
+def _ge_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    if "row_condition" not in arguments:
+        return arguments
+    from great_expectations.expectations.row_conditions import Column
+
+    column, value = arguments["row_condition"]
+    return {**arguments, "row_condition": Column(name=column) == value}
+
+
+def _class_name(expectation_type: str) -> str:
+    """``expect_column_values_to_not_be_null`` -> ``ExpectColumnValuesToNotBeNull``."""
+    return "".join(word.capitalize() for word in expectation_type.split("_"))
+
+
+def _observed(item: Any) -> str:
+    if item.exception_info and item.exception_info.get("raised_exception"):
+        return f"error: {item.exception_info.get('exception_message')}"
+    result = item.result or {}
+    if "unexpected_count" in result:
+        sample = result.get("partial_unexpected_list") or []
+        return (f"{result['unexpected_count']} of {result.get('element_count')} rows "
+                f"unexpected, e.g. {[_plain(v) for v in sample[:5]]}")
+    return f"observed {_plain(result.get('observed_value'))}"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    item = getattr(value, "item", None)  # numpy scalars
+    return item() if callable(item) else value
+
+
+def record(engine: Any, results: list[SuiteResult], checked_at: datetime) -> None:
+    """Keeps the results in ``ops.quality_results``."""
+    from sqlalchemy import text
+
+    from groupscope.warehouse import connect
+
+    with connect(engine) as conn, conn.begin():
+        for r in results:
+            conn.execute(text(
+                "INSERT INTO ops.quality_results (checked_at, cluster, suite, subject, success,"
+                " expectations, failed, failures) VALUES (:at, :cluster, :suite, :subject,"
+                " :success, :expectations, :failed, CAST(:failures AS jsonb))"
+                " ON CONFLICT (cluster, suite, subject, checked_at) DO UPDATE SET"
+                " success = EXCLUDED.success, expectations = EXCLUDED.expectations,"
+                " failed = EXCLUDED.failed, failures = EXCLUDED.failures"),
+                {"at": checked_at, "cluster": r.cluster, "suite": r.suite,
+                 "subject": r.subject, "success": r.success, "expectations": r.expectations,
+                 "failed": len(r.failures),
+                 "failures": json.dumps([{"table": f.table, "expectation": f.expectation,
+                                          "arguments": f.arguments, "observed": f.observed}
+                                         for f in r.failures], default=str)})
+
+
+# --- rejected landed snapshots ---------------------------------------------------------------
+
+def rejected_dir(landing: Path, cluster: str) -> Path:
+    return landing / "_quality" / "rejected" / f"cluster={cluster}"
+
+
+def reject(landed: LandedSnapshot, result: SuiteResult) -> Path:
+    """Marks a landed snapshot as rejected (it stays where it is; the mark says why). Removing
+    the mark lets the next run check and load it again."""
+    mark = rejected_dir(landed.root, landed.cluster) / f"{landed.snapshot_id}.json"
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(json.dumps({"snapshot_id": landed.snapshot_id,
+                                "snapshot_ts": landed.snapshot_ts.isoformat(),
+                                "failures": [f.describe() for f in result.failures]}, indent=2))
+    return mark
+
+
+def rejected_ids(landing: Path, cluster: str) -> set[str]:
+    return {p.stem for p in rejected_dir(landing, cluster).glob("*.json")}

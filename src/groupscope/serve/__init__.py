@@ -1,0 +1,1 @@
+"""Serve: what operators receive and read (alerts, reports; dashboards next)."""

@@ -1,0 +1,230 @@
+"""The PostgreSQL warehouse: versioned migrations (``migrations/*.sql``, shipped in the package and
+found with ``importlib.resources``) and idempotent loads.
+
+A snapshot is loaded by replacing its rows whole (delete by natural key prefix, then COPY) in
+one transaction, so loading it once or five times leaves the same rows, and a half-done load
+leaves none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+
+from groupscope.contract.tables import LOAD_ORDER
+
+RAW_SCHEMA = "raw"
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_LOCK_ID = 0x67726F7570  # "group": serialises concurrent migrators
+
+
+class WarehouseUnavailable(RuntimeError):
+    """The warehouse could not be reached. Landed data is kept; load it again later."""
+
+
+
+
+def engine_for(url: str) -> Engine:
+    """An engine for a ``postgresql://`` URL, using psycopg 3."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+def safe_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def migrations(directory: Path | None = None) -> list[Migration]:
+    """The migrations in order: the package's own, or those of ``directory`` (tests)."""
+    folder: Traversable = directory or resources.files(__package__).joinpath("migrations")
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        match = _MIGRATION.match(entry.name)
+        if not match:
+            raise ValueError(f"migration file {entry.name} is not named NNNN_name.sql")
+        found.append(Migration(int(match.group(1)), entry.name.removesuffix(".sql"),
+                               entry.read_text(encoding="utf-8")))
+    if not found:
+        raise RuntimeError(f"no migrations found in {folder}: a broken installation")
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"two migrations share a version in {folder}")
+    return found
+
+
+def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
+    """Applies the migrations not yet applied, in order; returns their names. An applied
+    migration whose file changed since is an error, not something to silently skip."""
+    applied_now: list[str] = []
+    with connect(engine) as conn, conn.begin():
+        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
+        conn.execute(text("CREATE SCHEMA IF NOT EXISTS groupscope_meta"))
+        conn.execute(
+            text(
+                "CREATE TABLE IF NOT EXISTS groupscope_meta.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+        )
+        done = {
+            row.version: row.checksum
+            for row in conn.execute(
+                text("SELECT version, checksum FROM groupscope_meta.schema_migrations")
+            )
+        }
+        for m in migrations(directory):
+            if m.version in done:
+                if done[m.version] != m.checksum:
+                    raise RuntimeError(
+                        f"migration {m.name} was applied with different contents; "
+                        "add a new migration instead of editing an applied one"
+                    )
+                continue
+            conn.exec_driver_sql(m.sql)
+            conn.execute(
+                text(
+                    "INSERT INTO groupscope_meta.schema_migrations (version, name, checksum)"
+                    " VALUES (:v, :n, :c)"
+                ),
+                {"v": m.version, "n": m.name, "c": m.checksum},
+            )
+            applied_now.append(m.name)
+    return applied_now
+
+
+def load_snapshot(engine: Engine, tables: dict[str, pa.Table]) -> None:
+    """Replaces one snapshot's rows in the raw tables with ``tables`` (from ``to_tables`` or
+    read back from the landing zone)."""
+    manifest = tables["snapshots"].to_pylist()
+    if len(manifest) != 1:
+        raise ValueError("a snapshot load needs exactly one manifest row")
+    replace_snapshot_rows(engine, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
+                          manifest[0]["cluster"], manifest[0]["snapshot_ts"])
+
+
+def load_landed(engine: Engine, landed: Any) -> None:
+    """Loads one landed snapshot (a ``landing.LandedSnapshot``): its raw tables and its
+    what-if mart, in one transaction."""
+    tables = landed.read()
+    params = {"cluster": landed.cluster, "start": landed.snapshot_ts}
+    with connect(engine) as conn, conn.begin():
+        _replace_in(conn, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
+                    "snapshot_ts = :start", params)
+        _replace_in(conn, "mart", landed.read_whatif(), "snapshot_ts = :start", params)
+
+
+def load_whatif(engine: Engine, snapshot: Any) -> list[tuple[str, pa.Table]]:
+    """Computes and loads the assignment what-if mart of one snapshot
+    (mart.assignment_whatif, mart.assignment_advice); returns what it loaded."""
+    from groupscope.simulate.whatif import mart_tables
+
+    tables = mart_tables(snapshot)
+    replace_snapshot_rows(engine, "mart", tables, snapshot.cluster, snapshot.snapshot_ts)
+    return tables
+
+
+def replace_snapshot_rows(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]],
+                          cluster: str, snapshot_ts: Any) -> None:
+    """In one transaction, deletes every row of (cluster, snapshot_ts) from each table and
+    copies the new ones in: a rerun or a backfill leaves exactly the same rows."""
+    _replace(engine, schema, tables, "snapshot_ts = :start",
+             {"cluster": cluster, "start": snapshot_ts})
+
+
+def replace_interval_rows(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]],
+                          cluster: str, ts_column: str, start: Any, end: Any) -> None:
+    """Like replace_snapshot_rows, for every row with ``ts_column`` in [start, end)."""
+    _replace(engine, schema, tables, f"{ts_column} >= :start AND {ts_column} < :end",
+             {"cluster": cluster, "start": start, "end": end})
+
+
+def _replace(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]], where: str,
+             params: dict[str, Any]) -> None:
+    with connect(engine) as conn, conn.begin():
+        _replace_in(conn, schema, tables, where, params)
+
+
+def _replace_in(conn: Any, schema: str, tables: list[tuple[str, pa.Table]], where: str,
+                params: dict[str, Any]) -> None:
+    for name, table in tables:
+        conn.execute(
+            text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"), params,
+        )
+        _copy(conn, f"{schema}.{name}", table)
+
+
+def _copy(conn: Any, qualified_name: str, table: pa.Table) -> None:
+    if table.num_rows == 0:
+        return
+    columns = table.schema.names
+    cursor = conn.connection.driver_connection.cursor()
+    column_list = ", ".join(f'"{c}"' for c in columns)  # quoted: identifiers, not SQL
+    with cursor.copy(f"COPY {qualified_name} ({column_list}) FROM STDIN") as copy:
+        for row in _rows(table, columns):
+            copy.write_row(row)
+
+
+def _rows(table: pa.Table, columns: list[str]) -> Iterable[tuple[Any, ...]]:
+    data = [table.column(c).to_pylist() for c in columns]
+    return zip(*data, strict=True)
+
+
+def loaded_snapshot_keys(engine: Engine, cluster: str | None = None,
+                         since: Any = None) -> set[tuple[str, Any]]:
+    query = "SELECT cluster, snapshot_ts FROM raw.snapshots WHERE true"
+    params: dict[str, Any] = {}
+    if cluster:
+        query += " AND cluster = :cluster"
+        params["cluster"] = cluster
+    if since is not None:
+        query += " AND snapshot_ts >= :since"
+        params["since"] = since
+    with connect(engine) as conn:
+        return {(r.cluster, r.snapshot_ts) for r in conn.execute(text(query), params)}
+
+
+class connect:
+    """``engine.connect()`` that turns "cannot connect" into WarehouseUnavailable."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.conn: Any = None
+
+    def __enter__(self) -> Any:
+        try:
+            self.conn = self.engine.connect()
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise WarehouseUnavailable(
+                f"warehouse {self.engine.url.render_as_string(hide_password=True)} "
+                f"is unreachable: {reason}"
+            ) from None
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
