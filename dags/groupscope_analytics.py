@@ -19,6 +19,8 @@ from groupscope_airflow import (
     warehouse_url,
 )
 
+from groupscope.contract.layout import snapshots_asset_uri
+
 DOC = """
 ### groupscope analytics: `{cluster}`
 {when}: three Spark jobs (`spark_jobs/`, submitted through the `{spark}` connection) over the
@@ -44,7 +46,7 @@ def analytics_dag(conn_id: str) -> None:
     if SETTINGS.analytics_schedule == "assets":
         schedule: object = [
             Asset(name=f"groupscope_snapshots_{cluster}",
-                  uri=f"file://{SETTINGS.landing}/snapshots/snapshots/cluster={cluster}")]
+                  uri=snapshots_asset_uri(SETTINGS.landing, cluster))]
         when = f"When new snapshots land (Asset `groupscope_snapshots_{cluster}`)"
     else:
         schedule = CronDataIntervalTimetable(SETTINGS.analytics_schedule, timezone="UTC")

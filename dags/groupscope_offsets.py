@@ -16,6 +16,8 @@ from groupscope_airflow import (
     kafka_connection_ids,
 )
 
+from groupscope.contract.layout import offsets_asset_uri
+
 DOC = """
 ### groupscope offsets-topic ingest: `{cluster}`
 Every {every}: reads `__consumer_offsets` of cluster `{cluster}` (connection `{conn_id}`) from
@@ -30,7 +32,7 @@ duplicates an event. Needs read access to `__consumer_offsets` (Describe/Read on
 def offsets_dag(conn_id: str) -> None:
     cluster = cluster_name(conn_id)
     landed = Asset(name=f"groupscope_offsets_{cluster}",
-                   uri=f"file://{SETTINGS.landing}/offsets_topic/cluster={cluster}")
+                   uri=offsets_asset_uri(SETTINGS.landing, cluster))
 
     @dag(dag_id=f"groupscope_offsets_{cluster}", schedule=SETTINGS.ingest_every,
          start_date=START, catchup=False, max_active_runs=1,

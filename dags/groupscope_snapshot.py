@@ -19,6 +19,8 @@ from groupscope_airflow import (
     warehouse_url,
 )
 
+from groupscope.contract.layout import snapshots_asset_uri
+
 DOC = """
 ### groupscope snapshot: `{cluster}`
 Every {every}: a snapshot of the consumer groups of Kafka cluster `{cluster}` (connection
@@ -42,7 +44,7 @@ task with the reason, and only this cluster's DAG.
 def snapshot_dag(conn_id: str) -> None:
     cluster = cluster_name(conn_id)
     landed = Asset(name=f"groupscope_snapshots_{cluster}",
-                   uri=f"file://{SETTINGS.landing}/snapshots/snapshots/cluster={cluster}")
+                   uri=snapshots_asset_uri(SETTINGS.landing, cluster))
 
     @dag(dag_id=f"groupscope_snapshot_{cluster}", schedule=SETTINGS.snapshot_every,
          start_date=START, catchup=False, max_active_runs=1, tags=[*TAGS, "snapshot", cluster],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from groupscope.contract import layout
 from groupscope.offsets import store
 from groupscope.offsets.events import EventBuilder
 
@@ -48,7 +49,7 @@ def test_an_overlapping_batch_is_refused(tmp_path: Path) -> None:
 
 def test_a_killed_runs_temporary_batch_is_invisible_and_removed(tmp_path: Path) -> None:
     _batch(tmp_path, 0, 0, 10)
-    leftover = store.partition_dir(tmp_path, "c", 0) / ".tmp-deadbeef"
+    leftover = layout.offsets_partition_dir(tmp_path, "c", 0) / ".tmp-deadbeef"
     leftover.mkdir()
     (leftover / "offset_commits.parquet").write_bytes(b"half a file")
     assert store.positions(tmp_path, "c") == {0: 10}

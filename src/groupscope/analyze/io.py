@@ -4,10 +4,11 @@ after is pure DataFrame -> DataFrame; the pipeline writes the results to the war
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from groupscope.contract import layout
 from groupscope.contract.tables import SCHEMAS
 
 
@@ -50,15 +51,10 @@ def session(app: str, master: str | None = None, cores: int = 2,
 
 
 def hour_dirs(root: Path, table: str, cluster: str, start: datetime, end: datetime) -> list[str]:
-    """The landing folders (one per hour) that can hold snapshots in [start, end)."""
-    out, cursor = [], start.replace(minute=0, second=0, microsecond=0)
-    while cursor < end:
-        path = (root / "snapshots" / table / f"cluster={cluster}" / f"date={cursor:%Y-%m-%d}"
-                / f"hour={cursor:%H}")
-        if path.exists() and any(path.glob("*.parquet")):
-            out.append(str(path))
-        cursor += timedelta(hours=1)
-    return out
+    """The landing folders (one per hour) that hold snapshots in [start, end): only those
+    that exist and hold a Parquet file, since Spark fails on a missing path."""
+    return [str(path) for path in layout.snapshot_hour_dirs(root, table, cluster, start, end)
+            if path.exists() and any(path.glob("*.parquet"))]
 
 
 def read_snapshot_table(spark: Any, root: Path, table: str, cluster: str, start: datetime,
@@ -74,8 +70,8 @@ def read_snapshot_table(spark: Any, root: Path, table: str, cluster: str, start:
     frame = spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
     ts = F.col("snapshot_ts")
     frame = frame.where((ts >= F.lit(start)) & (ts < F.lit(end)))
-    if table != "snapshots":
-        manifests = read_snapshot_table(spark, root, "snapshots", cluster, start, end)
+    if table != layout.MANIFEST_TABLE:
+        manifests = read_snapshot_table(spark, root, layout.MANIFEST_TABLE, cluster, start, end)
         frame = frame.join(manifests.select("cluster", "snapshot_ts"),
                            ["cluster", "snapshot_ts"], "left_semi")
     return frame

@@ -1,18 +1,13 @@
 """The landing zone: raw snapshots as Parquet, append-only, never rewritten.
 
-Layout, one file per table and snapshot::
-
-    <root>/snapshots/<table>/cluster=<c>/date=YYYY-MM-DD/hour=HH/<snapshot_id>.parquet
-
-The ``snapshots`` table is the manifest and is written last, each file through a temporary
-name and an atomic rename: a reader that finds a manifest finds all of that snapshot's tables.
+One file per table and snapshot, in the folders of ``groupscope.contract.layout`` (by
+cluster, date and hour). The ``snapshots`` table is the manifest and is written last, each file
+through a temporary name and an atomic rename: a reader that finds a manifest finds all of that
+snapshot's tables.
 
 The assignment what-if of a snapshot (``groupscope.simulate``) needs the whole snapshot object,
-so it is computed before the snapshot lands and kept beside it::
-
-    <root>/whatif/<table>/cluster=<c>/date=YYYY-MM-DD/hour=HH/<snapshot_id>.parquet
-
-Loading into the warehouse then needs nothing but the landing zone.
+so it is computed before the snapshot lands and kept beside it, under ``whatif/`` instead of
+``snapshots/``. Loading into the warehouse then needs nothing but the landing zone.
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from groupscope.contract import layout
 from groupscope.contract.model import Snapshot
 from groupscope.contract.tables import LOAD_ORDER, SCHEMAS, WHATIF_SCHEMAS, snapshot_id, to_tables
 
@@ -39,9 +35,8 @@ class LandedSnapshot:
     snapshot_id: str
 
     def path(self, table: str) -> Path:
-        return partition_dir(self.root, table, self.cluster, self.snapshot_ts) / (
-            f"{self.snapshot_id}.parquet"
-        )
+        return layout.snapshot_file(self.root, table, self.cluster, self.snapshot_ts,
+                                    self.snapshot_id)
 
     def read(self) -> dict[str, pa.Table]:
         # A table added to the landing zone later is empty in snapshots landed before it.
@@ -49,9 +44,8 @@ class LandedSnapshot:
                 else SCHEMAS[t].empty_table() for t in SCHEMAS}
 
     def whatif_path(self, table: str) -> Path:
-        return partition_dir(self.root, table, self.cluster, self.snapshot_ts, "whatif") / (
-            f"{self.snapshot_id}.parquet"
-        )
+        return layout.snapshot_file(self.root, table, self.cluster, self.snapshot_ts,
+                                    self.snapshot_id, layout.WHATIF)
 
     def read_whatif(self) -> list[tuple[str, pa.Table]]:
         """The what-if mart tables, in load order (empty for a snapshot landed before the
@@ -61,21 +55,13 @@ class LandedSnapshot:
                 for t, schema in WHATIF_SCHEMAS.items()]
 
 
-def partition_dir(root: Path, table: str, cluster: str, ts: datetime,
-                  kind: str = "snapshots") -> Path:
-    return (
-        root / kind / table / f"cluster={cluster}" / f"date={ts:%Y-%m-%d}"
-        / f"hour={ts:%H}"
-    )
-
-
 def land(snapshot: Snapshot, root: Path,
          whatif: Sequence[tuple[str, pa.Table]] = ()) -> LandedSnapshot:
     """Writes the snapshot, and its what-if mart tables (``simulate.whatif.mart_tables``) beside
     it. Landing one that is already landed (same cluster and time) is a no-op: the landing zone
     is append-only."""
     landed = LandedSnapshot(root, snapshot.cluster, snapshot.snapshot_ts, snapshot_id(snapshot))
-    if landed.path("snapshots").exists():
+    if landed.path(layout.MANIFEST_TABLE).exists():
         return landed
     for table_name, table in whatif:
         _write(table, landed.whatif_path(table_name))
@@ -100,15 +86,8 @@ def landed_snapshots(root: Path, cluster: str | None = None,
                      since: datetime | None = None) -> list[LandedSnapshot]:
     """Every snapshot whose manifest is in the landing zone, oldest first; with ``since``, only
     those of its hour and later (reads only those hours' folders)."""
-    base = root / "snapshots" / "snapshots"
-    pattern = f"cluster={cluster}/*/*/*.parquet" if cluster else "cluster=*/*/*/*.parquet"
-    manifests = base.glob(pattern)
-    if since is not None:
-        first = f"date={since:%Y-%m-%d}/hour={since:%H}"
-        manifests = (m for m in manifests
-                     if f"{m.parent.parent.name}/{m.parent.name}" >= first)
     found = []
-    for manifest in manifests:
+    for manifest in layout.manifest_paths(root, cluster, since):
         row = pq.read_table(manifest, columns=["cluster", "snapshot_ts", "snapshot_id"])
         record = row.to_pylist()[0]
         found.append(

@@ -1,11 +1,11 @@
 """Landed ``__consumer_offsets`` events, append-only, with the read positions stored in the
 same place as the data they describe.
 
-Layout, one directory per batch of one offsets-topic partition::
+One directory per batch of one offsets-topic partition (its path:
+``groupscope.contract.layout.offsets_batch_dir``), holding::
 
-    <root>/offsets_topic/cluster=<c>/partition=<NNN>/batch=<first:020d>-<next:020d>/
-        <table>.parquet ...   (the event tables of groupscope.offsets.events, non-empty ones)
-        _batch.json           (the range, counts, and any gap found before it)
+    <table>.parquet ...   (the event tables of groupscope.offsets.events, non-empty ones)
+    _batch.json           (the range, counts, and any gap found before it)
 
 A batch directory is written under a temporary name and renamed into place in one step, so a
 batch is landed entirely or not at all. The stored position of a partition is the largest
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -28,18 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from groupscope.contract import layout
 from groupscope.offsets.events import EVENT_SCHEMAS
 
-_BATCH = re.compile(r"^batch=(\d{20})-(\d{20})$")
 MANIFEST = "_batch.json"
-
-
-def cluster_dir(root: Path, cluster: str) -> Path:
-    return root / "offsets_topic" / f"cluster={cluster}"
-
-
-def partition_dir(root: Path, cluster: str, partition: int) -> Path:
-    return cluster_dir(root, cluster) / f"partition={partition:03d}"
 
 
 @dataclass(frozen=True)
@@ -59,15 +50,8 @@ class Batch:
 
 def batches(root: Path, cluster: str, partition: int | None = None) -> list[Batch]:
     """Landed batches, in offset order per partition."""
-    base = cluster_dir(root, cluster)
-    pattern = f"partition={partition:03d}/batch=*" if partition is not None else \
-        "partition=*/batch=*"
-    found = []
-    for path in base.glob(pattern):
-        match = _BATCH.match(path.name)
-        if match and (path / MANIFEST).exists():
-            found.append(Batch(path, int(path.parent.name.split("=")[1]),
-                               int(match.group(1)), int(match.group(2))))
+    found = [Batch(*batch) for batch in layout.offsets_batch_dirs(root, cluster, partition)
+             if (batch.path / MANIFEST).exists()]
     return sorted(found, key=lambda b: (b.partition, b.first_offset))
 
 
@@ -89,9 +73,9 @@ def land_batch(root: Path, cluster: str, partition: int, first_offset: int, next
             f"partition {partition}: batch {first_offset}-{next_offset} overlaps landed events "
             f"up to {landed}"
         )
-    parent = partition_dir(root, cluster, partition)
+    final = layout.offsets_batch_dir(root, cluster, partition, first_offset, next_offset)
+    parent = final.parent
     parent.mkdir(parents=True, exist_ok=True)
-    final = parent / f"batch={first_offset:020d}-{next_offset:020d}"
     temporary = parent / f".tmp-{uuid.uuid4().hex}"
     temporary.mkdir()
     try:
@@ -121,9 +105,10 @@ def _fsync_dir(path: Path) -> None:
 def remove_abandoned(root: Path, cluster: str) -> int:
     """Removes temporary batch directories a killed run left behind; returns how many."""
     removed = 0
-    for path in cluster_dir(root, cluster).glob("partition=*/.tmp-*"):
-        shutil.rmtree(path, ignore_errors=True)
-        removed += 1
+    for partition in layout.offsets_partition_dirs(root, cluster):
+        for path in partition.glob(".tmp-*"):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
     return removed
 
 

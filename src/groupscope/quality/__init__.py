@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from groupscope.contract import layout
 from groupscope.contract.model import GroupType
 from groupscope.contract.tables import KEYS, SCHEMAS
 from groupscope.land.snapshots import LandedSnapshot
@@ -342,14 +343,10 @@ def record(engine: Any, results: list[SuiteResult], checked_at: datetime) -> Non
 
 # --- rejected landed snapshots ---------------------------------------------------------------
 
-def rejected_dir(landing: Path, cluster: str) -> Path:
-    return landing / "_quality" / "rejected" / f"cluster={cluster}"
-
-
 def reject(landed: LandedSnapshot, result: SuiteResult) -> Path:
     """Marks a landed snapshot as rejected (it stays where it is; the mark says why). Removing
     the mark lets the next run check and load it again."""
-    mark = rejected_dir(landed.root, landed.cluster) / f"{landed.snapshot_id}.json"
+    mark = layout.rejected_mark(landed.root, landed.cluster, landed.snapshot_id)
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.write_text(json.dumps({"snapshot_id": landed.snapshot_id,
                                 "snapshot_ts": landed.snapshot_ts.isoformat(),
@@ -358,4 +355,4 @@ def reject(landed: LandedSnapshot, result: SuiteResult) -> Path:
 
 
 def rejected_ids(landing: Path, cluster: str) -> set[str]:
-    return {p.stem for p in rejected_dir(landing, cluster).glob("*.json")}
+    return {p.stem for p in layout.rejected_dir(landing, cluster).glob("*.json")}
