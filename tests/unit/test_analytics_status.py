@@ -21,7 +21,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from groupscope.analyze.status import RULES, StatusSettings, group_status, partition_status
+from groupscope.analyze.status import StatusSettings, group_status, partition_status
+from groupscope.contract.status import RULES
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 Obs = tuple[int, int, int, int]  # seconds, committed, high watermark, members

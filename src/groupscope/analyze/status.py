@@ -2,8 +2,8 @@
 and OK / WARN / ERR (group), from Burrow's rules, evaluated at every snapshot over the
 partition's observations of the last ``window_s`` seconds (pure DataFrame functions).
 
-The rules, first match wins (``RULES``; tests/unit/test_analytics_status.py has a numbered table
-of cases, each with its reason):
+The rules, first match wins (their names, order and statuses: ``groupscope.contract.status``;
+tests/unit/test_analytics_status.py has a numbered table of cases, each with its reason):
 
 1. ``rewind``   REWIND  the committed offset moved back inside the window.
 2. ``no_lag``   OK      lag <= ``lag_tolerance`` (1): a consumer at the end of its log is fine,
@@ -20,8 +20,8 @@ of cases, each with its reason):
 The stop threshold is ``max(stop_after_s, burst_factor x the longest earlier pause between two
 advances of the committed offset)``: a consumer that commits in bursts (manual commits, batch
 jobs) is judged against its own rhythm, not flagged in every pause (Burrow's burst false
-alarm). Group status: ERR if any partition is STOP or STALL, WARN if any is WARN or REWIND,
-else OK.
+alarm). Group status (``groupscope.contract.status.group_status``): ERR if any partition is
+STOP or STALL, WARN if any is WARN or REWIND, else OK.
 """
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from groupscope.contract.status import (
+    ROLL_UP,
+    RULES,
+    GroupStatus,
+    PartitionStatus,
+    Rule,
+    count_column,
+    severity,
+)
 
 KEYS = ["cluster", "group_id", "topic", "partition"]
 
@@ -42,17 +52,6 @@ class StatusSettings:
     stop_after_s: float = 300.0
     burst_factor: float = 2.0
     min_trend_points: int = 3
-
-
-RULES: tuple[tuple[str, str], ...] = (
-    ("rewind", "REWIND"),
-    ("no_lag", "OK"),
-    ("too_little_history", "OK"),
-    ("stopped", "STOP"),
-    ("stalled", "STALL"),
-    ("falling_behind", "WARN"),
-    ("consuming", "OK"),
-)
 
 
 def _t(column: str) -> Column:
@@ -110,31 +109,32 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     behind = F.col("lag") > settings.lag_tolerance
     not_moving = since_advance >= threshold
     members = F.coalesce(F.col("member_count"), F.lit(0))
-    conditions: dict[str, Column] = {
-        "rewind": F.coalesce(F.col("_rewound"), F.lit(False)),
-        "no_lag": ~F.coalesce(behind, F.lit(True)),
-        "too_little_history": F.col("_n") < 2,
-        "stopped": behind & not_moving & (members == 0),
-        "stalled": behind & not_moving & (members > 0),
-        "falling_behind": behind & (F.col("_n") >= settings.min_trend_points)
+    conditions: dict[Rule, Column] = {
+        Rule.REWIND: F.coalesce(F.col("_rewound"), F.lit(False)),
+        Rule.NO_LAG: ~F.coalesce(behind, F.lit(True)),
+        Rule.TOO_LITTLE_HISTORY: F.col("_n") < 2,
+        Rule.STOPPED: behind & not_moving & (members == 0),
+        Rule.STALLED: behind & not_moving & (members > 0),
+        Rule.FALLING_BEHIND: behind & (F.col("_n") >= settings.min_trend_points)
         & (F.col("committed_offset") > F.col("_committed_first"))
         & F.coalesce(F.col("_lag_never_fell"), F.lit(False))
         & (F.col("lag") > F.col("_lag_first")),
-        "consuming": F.lit(True),
+        Rule.CONSUMING: F.lit(True),
     }
-    rule: Column = F.lit("consuming")
+    rule: Column = F.lit(Rule.CONSUMING.value)
     for name, _ in reversed(RULES):
-        rule = F.when(conditions[name], F.lit(name)).otherwise(rule)
-    status_of = F.create_map(*[F.lit(x) for pair in RULES for x in pair])
+        rule = F.when(conditions[name], F.lit(name.value)).otherwise(rule)
+    status_of = F.create_map(*[F.lit(x.value) for pair in RULES for x in pair])
+    applied = F.col("_rule")
     reason = (
-        F.when(F.col("_rule") == "rewind", F.format_string(
+        F.when(applied == Rule.REWIND.value, F.format_string(
             "committed offset moved back in the last %d observations", F.col("_n")))
-        .when(F.col("_rule") == "no_lag", F.format_string("lag %d", F.col("lag")))
-        .when(F.col("_rule") == "too_little_history", F.lit("first observation"))
-        .when(F.col("_rule").isin("stopped", "stalled"), F.format_string(
+        .when(applied == Rule.NO_LAG.value, F.format_string("lag %d", F.col("lag")))
+        .when(applied == Rule.TOO_LITTLE_HISTORY.value, F.lit("first observation"))
+        .when(applied.isin(Rule.STOPPED.value, Rule.STALLED.value), F.format_string(
             "lag %d, committed offset unchanged for %.0f s (threshold %.0f s), %d member(s)",
             F.col("lag"), since_advance, threshold, members))
-        .when(F.col("_rule") == "falling_behind", F.format_string(
+        .when(applied == Rule.FALLING_BEHIND.value, F.format_string(
             "lag grew from %d to %d over %d observations while committing",
             F.col("_lag_first"), F.col("lag"), F.col("_n")))
         .otherwise(F.format_string("lag %d, committing", F.col("lag"))))
@@ -145,20 +145,26 @@ def partition_status(lag: DataFrame, groups: DataFrame,
 
 
 def group_status(partitions: DataFrame) -> DataFrame:
-    """The roll-up per group and snapshot, with the count of partitions in each status."""
-    severity = (F.when(F.col("status").isin("STOP", "STALL"), 2)
-                .when(F.col("status").isin("WARN", "REWIND"), 1).otherwise(0))
-    counts = [F.sum((F.col("status") == s).cast("int")).cast("int")
-              .alias(f"{s.lower()}_partitions") for s in ("OK", "WARN", "STALL", "STOP", "REWIND")]
+    """The roll-up per group and snapshot (``groupscope.contract.status.group_status``, as
+    column expressions: a Python function per group would be far slower), with the count of
+    partitions in each status."""
+    status = F.col("status")
+    # A partition's severity is that of the group status it rolls up to; a value outside the
+    # contract counts as OK, as it always has.
+    rank: Column = F.lit(severity(GroupStatus.OK))
+    rolled_up: Column = F.lit(GroupStatus.OK.value)
+    for g in GroupStatus:
+        rank = F.when(status.isin(*[p.value for p, to in ROLL_UP.items() if to is g]),
+                      severity(g)).otherwise(rank)
+        rolled_up = F.when(F.col("_severity") == severity(g), g.value).otherwise(rolled_up)
+    counts = [F.sum((status == s.value).cast("int")).cast("int").alias(count_column(s))
+              for s in PartitionStatus]
     worst = F.max_by(F.struct("topic", "partition", "status", "reason"),
-                     F.struct(severity, F.col("lag")))
+                     F.struct(rank, F.col("lag")))
     return (partitions.groupBy("cluster", "snapshot_ts", "group_id")
-            .agg(F.max(severity).alias("_severity"), *counts, worst.alias("_worst"))
-            .select("cluster", "snapshot_ts", "group_id",
-                    F.when(F.col("_severity") == 2, "ERR").when(F.col("_severity") == 1, "WARN")
-                    .otherwise("OK").alias("status"),
-                    "ok_partitions", "warn_partitions", "stall_partitions", "stop_partitions",
-                    "rewind_partitions",
+            .agg(F.max(rank).alias("_severity"), *counts, worst.alias("_worst"))
+            .select("cluster", "snapshot_ts", "group_id", rolled_up.alias("status"),
+                    *(count_column(s) for s in PartitionStatus),
                     F.col("_worst")["topic"].alias("worst_topic"),
                     F.col("_worst")["partition"].alias("worst_partition"),
                     F.col("_worst")["reason"].alias("worst_reason")))

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from groupscope.contract import layout
 from groupscope.contract.model import GroupType
+from groupscope.contract.status import GroupStatus, PartitionStatus, TimeLagKind
 from groupscope.contract.tables import KEYS, SCHEMAS
 from groupscope.land.snapshots import LandedSnapshot
 
@@ -44,10 +45,6 @@ MARTS_SUITE = "marts"
 # (GE expectation class name, its arguments); a ``row_condition`` is (column, value): only
 # the rows where the column equals the value are checked.
 Check = tuple[str, dict[str, Any]]
-
-PARTITION_STATUSES = ["OK", "WARN", "STALL", "STOP", "REWIND"]
-GROUP_STATUSES = ["OK", "WARN", "ERR"]
-TIME_LAG_KINDS = ["interpolated", "extrapolated", "at_least", "caught_up", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -170,15 +167,16 @@ def mart_checks() -> dict[str, list[Check]]:
              {"column_A": "lag", "column_B": "high_watermark_minus_committed",
               "ignore_row_if": unless_flagged}),
             ("ExpectColumnValuesToBeInSet",
-             {"column": "time_lag_kind", "value_set": TIME_LAG_KINDS}),
+             {"column": "time_lag_kind", "value_set": [k.value for k in TimeLagKind]}),
             ("ExpectColumnValuesToBeBetween", {"column": "catch_up_s", "min_value": 0}),
         ],
         "partition_status": [
             ("ExpectColumnValuesToBeInSet",
-             {"column": "status", "value_set": PARTITION_STATUSES}),
+             {"column": "status", "value_set": [s.value for s in PartitionStatus]}),
         ],
         "group_status": [
-            ("ExpectColumnValuesToBeInSet", {"column": "status", "value_set": GROUP_STATUSES}),
+            ("ExpectColumnValuesToBeInSet",
+             {"column": "status", "value_set": [s.value for s in GroupStatus]}),
         ],
         "rebalance_hourly": [
             ("ExpectColumnValuesToBeBetween", {"column": "rebalances", "min_value": 0}),
