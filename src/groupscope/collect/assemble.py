@@ -1,0 +1,309 @@
+"""A snapshot assembled from the admin API's answers, already read into plain data: no I/O.
+
+The collector calls these in the order its requests need them: the groups (from listings,
+descriptions and committed offsets), then the partitions they touch (whose log offsets it asks
+for next), then the committed offsets worth reading a record at, then the snapshot itself.
+What cannot be reconciled (offsets on a topic the cluster does not have, say) is recorded as a
+CollectionError and the rest is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from groupscope.contract.model import (
+    CollectionError,
+    CommittedOffset,
+    Group,
+    GroupType,
+    Member,
+    PartitionOffsets,
+    RecordTimestamp,
+    Snapshot,
+    Stage,
+    TopicPartition,
+)
+from groupscope.kafka.adapter import (
+    ClassicGroup,
+    ClusterMetadata,
+    Described,
+    Listing,
+    OffsetKind,
+)
+from groupscope.kafka.coordinator import offsets_partition_for
+from groupscope.kafka.protocol import ProtocolDecodeError, decode_subscription
+from groupscope.kafka.sampling import SampleRequest
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "assemble_groups",
+    "assemble_snapshot",
+    "classic_descriptions",
+    "other_protocol_listings",
+    "partition_offsets",
+    "record_timestamp_requests",
+    "touched_partitions",
+]
+
+
+def other_protocol_listings(
+    classic_view: Mapping[str, ClassicGroup], errors: list[CollectionError]
+) -> list[Listing]:
+    """Classic groups whose protocol type is neither consumer nor empty (Kafka Connect
+    workers, schema registries...), which the consumer-group APIs leave out."""
+    found: list[Listing] = []
+    for g in classic_view.values():
+        if g.protocol_type in ("", "consumer", None):
+            continue
+        if g.error is not None:
+            errors.append(g.error)
+        members = tuple(
+            Member(
+                member_id=m.member_id,
+                client_id=m.client_id or "",
+                host=m.client_host or "",
+                instance_id=None,
+                assignment=(),  # a non-consumer protocol's assignment is opaque bytes
+            )
+            for m in g.members
+        )
+        found.append(
+            Listing(
+                group_id=g.group_id,
+                group_type=GroupType.CLASSIC,
+                state=g.state or "Unknown",
+                protocol_type=g.protocol_type,
+                assignor=g.protocol or None,
+                members=members,
+            )
+        )
+    return found
+
+
+def classic_descriptions(
+    listings: Iterable[Listing], classic_view: Mapping[str, ClassicGroup]
+) -> tuple[dict[str, Described], list[str]]:
+    """The groups the classic view already describes completely, and the ids of the consumer
+    and simple groups still to describe. Groups of other protocols are neither: the classic
+    view is all there is of them."""
+    described: dict[str, Described] = {}
+    wanted = []
+    for listing in listings:
+        if listing.protocol_type not in ("", "consumer"):
+            continue
+        memberless = _memberless(classic_view.get(listing.group_id))
+        if listing.group_type is not GroupType.CONSUMER and memberless is not None:
+            described[listing.group_id] = memberless
+        else:
+            wanted.append(listing.group_id)
+    return described, wanted
+
+
+def _memberless(seen: ClassicGroup | None) -> Described | None:
+    """A classic group the classic view describes completely: answered without error, a
+    consumer (or simple) group, Empty, no members. Anything else is described on its own."""
+    if (
+        seen is None
+        or seen.error is not None
+        or seen.protocol_type not in ("", "consumer")
+        or seen.state != "Empty"
+        or seen.members
+    ):
+        return None
+    return Described(
+        group_type=GroupType.CLASSIC, state=seen.state, protocol_type=seen.protocol_type,
+        assignor=seen.protocol or None, coordinator_id=seen.coordinator_id,
+        members=(), from_classic_view=True,
+    )
+
+
+def assemble_groups(
+    listings: Iterable[Listing],
+    described: Mapping[str, Described],
+    committed: Mapping[str, tuple[CommittedOffset, ...]],
+    metadata: ClusterMetadata,
+    classic_view: Mapping[str, ClassicGroup],
+) -> tuple[Group, ...]:
+    return tuple(
+        _group(listing, described.get(listing.group_id), committed, metadata,
+               classic_view.get(listing.group_id))
+        for listing in listings
+    )
+
+
+def _group(
+    listing: Listing,
+    described: Described | None,
+    committed: Mapping[str, tuple[CommittedOffset, ...]],
+    metadata: ClusterMetadata,
+    seen: ClassicGroup | None,
+) -> Group:
+    expected = None
+    if metadata.offsets_leaders:
+        partition = offsets_partition_for(listing.group_id, len(metadata.offsets_leaders))
+        expected = metadata.offsets_leaders.get(partition)
+    offsets = committed.get(listing.group_id, ())
+    if described is None:
+        return Group(
+            group_id=listing.group_id,
+            group_type=listing.group_type,
+            state=listing.state,
+            protocol_type=listing.protocol_type,
+            assignor=listing.assignor,
+            coordinator_id=None,
+            expected_coordinator_id=expected,
+            members=listing.members,
+            offsets=offsets,
+            described=listing.protocol_type not in ("", "consumer"),
+        )
+    return Group(
+        group_id=listing.group_id,
+        group_type=(listing.group_type if described.group_type is GroupType.UNKNOWN
+                    else described.group_type),
+        state=described.state,
+        protocol_type=described.protocol_type,
+        assignor=described.assignor,
+        coordinator_id=described.coordinator_id,
+        expected_coordinator_id=expected,
+        members=_with_subscriptions(described.members, seen),
+        offsets=offsets,
+    )
+
+
+def _with_subscriptions(
+    members: tuple[Member, ...], seen: ClassicGroup | None
+) -> tuple[Member, ...]:
+    """Adds each member's subscribed topics, decoded from the metadata the classic view
+    carries (ConsumerProtocolSubscription). Undecodable metadata leaves it unknown."""
+    if seen is None or seen.protocol_type != "consumer":
+        return members
+    metadata = {m.member_id: m.metadata for m in seen.members}
+    out = []
+    for member in members:
+        raw = metadata.get(member.member_id)
+        topics = None
+        if raw:
+            try:
+                topics = tuple(sorted(decode_subscription(raw).topics))
+            except ProtocolDecodeError:
+                log.warning("undecodable subscription of a member of %r", seen.group_id)
+        out.append(dataclasses.replace(member, subscription=topics))
+    return tuple(out)
+
+
+def touched_partitions(
+    groups: Iterable[Group], metadata: ClusterMetadata, errors: list[CollectionError]
+) -> list[TopicPartition]:
+    """The partitions groups commit to or are assigned that the cluster has, whose log
+    offsets are worth asking for; the others are recorded as errors."""
+    touched: set[TopicPartition] = set()
+    for g in groups:
+        touched.update(TopicPartition(o.topic, o.partition) for o in g.offsets)
+        for m in g.members:
+            touched.update(m.assignment)
+            touched.update(m.target_assignment or ())
+    known: list[TopicPartition] = []
+    missing_topics: set[str] = set()
+    for tp in sorted(touched):
+        info = metadata.topics.get(tp.topic)
+        if info is not None and tp.partition < info.partition_count:
+            known.append(tp)
+        elif info is None:
+            missing_topics.add(tp.topic)
+        else:
+            errors.append(
+                CollectionError(
+                    Stage.TOPIC_METADATA, "UNKNOWN_TOPIC_OR_PART",
+                    f"partition not in the topic's metadata ({info.partition_count} "
+                    "partitions)",
+                    topic=tp.topic, partition=tp.partition,
+                )
+            )
+    for topic in sorted(missing_topics):
+        errors.append(
+            metadata.topic_errors.get(topic)
+            or CollectionError(
+                Stage.TOPIC_METADATA, "UNKNOWN_TOPIC_OR_PART",
+                "groups hold offsets or assignments for a topic the cluster does not have "
+                "(deleted?)",
+                topic=topic,
+            )
+        )
+    return known
+
+
+def partition_offsets(
+    partitions: Iterable[TopicPartition],
+    values: Mapping[OffsetKind, Mapping[TopicPartition, int]],
+) -> tuple[PartitionOffsets, ...]:
+    """One record per partition from the offsets each ListOffsets kind answered (None where
+    it did not)."""
+    return tuple(
+        PartitionOffsets(
+            topic=tp.topic,
+            partition=tp.partition,
+            log_start=values["log_start"].get(tp),
+            high_watermark=values["high_watermark"].get(tp),
+            last_stable=_at_most(values["last_stable"].get(tp),
+                                 values["high_watermark"].get(tp)),
+        )
+        for tp in partitions
+    )
+
+
+def _at_most(last_stable: int | None, high_watermark: int | None) -> int | None:
+    """The last stable offset never exceeds the high watermark at any one moment, but the two
+    are answered by separate requests in flight together: one that arrives after more records
+    were appended can read higher. Read at the high watermark's moment, it is at most that."""
+    if last_stable is None or high_watermark is None:
+        return last_stable
+    return min(last_stable, high_watermark)
+
+
+def record_timestamp_requests(
+    groups: Iterable[Group], partitions: Iterable[PartitionOffsets]
+) -> list[SampleRequest]:
+    """A record to read at every committed offset with lag: inside the log and below the high
+    watermark (at the high watermark there is no record yet; below the log start, none left)."""
+    logs = {TopicPartition(p.topic, p.partition): p for p in partitions}
+    requests = []
+    for g in groups:
+        for o in g.offsets:
+            partition = logs.get(TopicPartition(o.topic, o.partition))
+            if (o.offset is None or partition is None or partition.high_watermark is None
+                    or partition.log_start is None):
+                continue
+            if partition.log_start <= o.offset < partition.high_watermark:
+                requests.append(SampleRequest(TopicPartition(o.topic, o.partition),
+                                              o.offset, partition.high_watermark - o.offset))
+    return requests
+
+
+def assemble_snapshot(
+    cluster: str,
+    snapshot_ts: datetime,
+    metadata: ClusterMetadata,
+    groups: Sequence[Group],
+    partitions: Sequence[PartitionOffsets],
+    record_timestamps: Iterable[RecordTimestamp],
+    errors: Iterable[CollectionError],
+) -> Snapshot:
+    """``partitions``: the log offsets of every touched partition."""
+    # Partition counts of subscribed topics too: what-if needs them even for topics no
+    # member owns or commits yet.
+    subscribed = {t for g in groups for m in g.members for t in m.subscription or ()}
+    used_topics = sorted(({p.topic for p in partitions} | subscribed) & set(metadata.topics))
+    return Snapshot(
+        cluster=cluster,
+        snapshot_ts=snapshot_ts,
+        groups=tuple(sorted(groups, key=lambda g: g.group_id)),
+        partitions=tuple(partitions),
+        topics=tuple(metadata.topics[t] for t in used_topics),
+        errors=tuple(errors),
+        offsets_topic_partitions=len(metadata.offsets_leaders) or None,
+        record_timestamps=tuple(record_timestamps),
+    )
