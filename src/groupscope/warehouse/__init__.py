@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -30,8 +31,6 @@ _LOCK_ID = 0x67726F7570  # "group": serialises concurrent migrators
 
 class WarehouseUnavailable(RuntimeError):
     """The warehouse could not be reached. Landed data is kept; load it again later."""
-
-
 
 
 def engine_for(url: str) -> Engine:
@@ -115,6 +114,29 @@ def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
             )
             applied_now.append(m.name)
     return applied_now
+
+
+# The warehouses this process has migrated, by URL without its password; one lock per URL so
+# that a warehouse that is slow to answer does not hold up the others.
+_migrated: set[str] = set()
+_migrating: dict[str, threading.Lock] = {}
+_migrating_guard = threading.Lock()
+
+
+def ensure_migrated(engine: Engine) -> list[str]:
+    """``migrate`` once per process and warehouse: the first call migrates (and returns what it
+    applied), later ones return ``[]`` without connecting. The stages call this on every run;
+    ``migrate`` itself is for when migrating is the point (``groupscope warehouse migrate``).
+    A migration that fails is not remembered, so the next call tries again."""
+    key = engine.url.render_as_string(hide_password=True)
+    with _migrating_guard:
+        lock = _migrating.setdefault(key, threading.Lock())
+    with lock:
+        if key in _migrated:
+            return []
+        applied = migrate(engine)
+        _migrated.add(key)
+    return applied
 
 
 def load_snapshot(engine: Engine, tables: dict[str, pa.Table]) -> None:
