@@ -15,13 +15,16 @@ Connections:
 - ``groupscope_warehouse`` (postgres): the warehouse.
 - ``groupscope_alerts`` (optional, any type): the alert webhook URL in its password.
 - ``spark_default`` (spark): ``local[2]`` locally, a cluster's master URL in production.
+
+Settings (``GROUPSCOPE_*``) come from ``groupscope.settings``, validated when this module is
+imported: a bad one, or a landing folder that cannot be written, fails the import with its
+one-line message, so every DAG file shows it as its import error.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,52 +34,22 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, BaseNotifier
 
+from groupscope.settings import load_settings, reveal
+
 WAREHOUSE_CONN_ID = "groupscope_warehouse"
 ALERTS_CONN_ID = "groupscope_alerts"
 _KAFKA_PREFIX = "kafka_"
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the DAGs are configured with (environment variables, read at parse time)."""
-
-    landing: Path
-    snapshot_every: timedelta
-    ingest_every: timedelta
-    analytics_schedule: str  # a cron expression, or "assets": run when new data lands
-    kafka_timeout_s: float
-    retries: int
-    retry_delay: timedelta
-    spark_conn_id: str
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow"))
-        return cls(
-            landing=Path(os.environ.get("GROUPSCOPE_LANDING") or home / "groupscope-landing"),
-            snapshot_every=timedelta(seconds=_env_float("GROUPSCOPE_SNAPSHOT_EVERY_S", 60)),
-            ingest_every=timedelta(seconds=_env_float("GROUPSCOPE_INGEST_EVERY_S", 300)),
-            analytics_schedule=os.environ.get("GROUPSCOPE_ANALYTICS_SCHEDULE") or "0 * * * *",
-            kafka_timeout_s=_env_float("GROUPSCOPE_KAFKA_TIMEOUT_S", 30),
-            retries=int(_env_float("GROUPSCOPE_RETRIES", 2)),
-            retry_delay=timedelta(seconds=_env_float("GROUPSCOPE_RETRY_DELAY_S", 30)),
-            spark_conn_id=os.environ.get("GROUPSCOPE_SPARK_CONN_ID") or "spark_default",
-        )
+# Read and checked once per process, at import (see the module doc).
+SETTINGS = load_settings()
+SETTINGS.writable_landing()
 
 
 def kafka_connection_ids() -> list[str]:
     """The connections of the watched clusters (see the module doc)."""
-    named = os.environ.get("GROUPSCOPE_KAFKA_CONNECTIONS")
-    if named:
-        return [c.strip() for c in named.split(",") if c.strip()]
+    if SETTINGS.kafka_connection_ids:
+        return list(SETTINGS.kafka_connection_ids)
     return sorted(key[len("AIRFLOW_CONN_"):].lower() for key, value in os.environ.items()
                   if key.startswith("AIRFLOW_CONN_") and _is_kafka(value))
 
@@ -135,12 +108,13 @@ class GroupscopeAlertNotifier(BaseNotifier):
             labels["cluster"] = str(cluster)
         send(Alert(severity="critical", title=f"{ti.dag_id}: task {ti.task_id} failed",
                    text=reason, at=datetime.now(UTC), labels=labels),
-             webhook_url=self._webhook_url())
+             webhook_url=self._webhook_url() or reveal(SETTINGS.alert_webhook_url),
+             log_path=SETTINGS.alert_log)
 
     def _webhook_url(self) -> str | None:
         try:
             return BaseHook.get_connection(self.webhook_conn_id).password or None
-        except Exception:  # no such connection: the environment or the log alone
+        except Exception:  # no such connection: the settings' webhook, or the log alone
             return None
 
 
@@ -186,7 +160,6 @@ def run_interval(context: Any) -> tuple[datetime, datetime]:
                     context["dag_run"].run_after)
 
 
-SETTINGS = Settings.from_env()
 START = datetime(2026, 1, 1, tzinfo=UTC)
 TAGS = ["groupscope"]
 

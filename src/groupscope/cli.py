@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from typing import Any
 
 from groupscope.contract.cluster import ClusterConfig, ConfigError
 from groupscope.kafka.admin import ClusterUnavailable
+from groupscope.settings import Settings, SettingsError, load_settings, reveal
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
@@ -51,7 +51,7 @@ def _load(url: str, snapshot: Any, landed: Any) -> None:
 
     engine = warehouse.engine_for(url)
     try:
-        warehouse.migrate(engine)
+        warehouse.ensure_migrated(engine)
         if landed is not None:
             warehouse.load_landed(engine, landed)
         else:
@@ -74,7 +74,7 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
             print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied)
                                                            if applied else ""))
             return 0
-        warehouse.migrate(engine)
+        warehouse.ensure_migrated(engine)
         loaded = warehouse.loaded_snapshot_keys(engine, args.cluster)
         pending = [
             s for s in landed_snapshots(Path(args.landing), args.cluster)
@@ -245,7 +245,9 @@ def cmd_rebalances(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
+    """The parser; ``settings`` give the defaults that come from the environment."""
+    default_url = reveal(settings.warehouse_url) if settings else None
     parser = argparse.ArgumentParser(
         prog="groupscope", description="Monitoring and analytics for Kafka consumer groups."
     )
@@ -270,11 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     wh = sub.add_parser("warehouse", help="warehouse schema and loading")
     wh_sub = wh.add_subparsers(dest="action", required=True)
     mig = wh_sub.add_parser("migrate", help="apply the schema migrations in sql/")
-    mig.add_argument("--url", default=os.environ.get("WAREHOUSE_URL"),
-                     required="WAREHOUSE_URL" not in os.environ)
+    mig.add_argument("--url", default=default_url, required=default_url is None,
+                     help="the warehouse (default: WAREHOUSE_URL)")
     load = wh_sub.add_parser("load", help="load landed snapshots not yet in the warehouse")
-    load.add_argument("--url", default=os.environ.get("WAREHOUSE_URL"),
-                      required="WAREHOUSE_URL" not in os.environ)
+    load.add_argument("--url", default=default_url, required=default_url is None,
+                      help="the warehouse (default: WAREHOUSE_URL)")
     load.add_argument("--landing", required=True, metavar="DIR")
     load.add_argument("--cluster")
     wh.set_defaults(func=cmd_warehouse)
@@ -335,7 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    parser = build_parser(settings)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -23,6 +23,7 @@ from groupscope.contract.cluster import ClusterConfig, ConfigError
 from groupscope.contract.model import Snapshot
 from groupscope.kafka.admin import ClusterUnavailable
 from groupscope.land.snapshots import LandedSnapshot, land, landed_snapshots
+from groupscope.settings import SettingsError, load_settings, reveal
 
 if TYPE_CHECKING:
     from groupscope.analyze.jobs import JobArgs
@@ -212,13 +213,23 @@ def analytics(spark: Any, job: JobArgs, kind: str) -> dict[str, int]:
 
 def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     """The spark-submit entry point of one analytics job (``spark_jobs/<kind>_job.py``):
-    prints the rows written per mart as JSON."""
+    prints the rows written per mart as JSON. The settings are validated before Spark starts;
+    a bad one ends the job with its one-line message."""
+    import dataclasses
     import json
 
     from groupscope.analyze.io import session
     from groupscope.analyze.jobs import parse_args
 
     job = parse_args(f"{kind}_job", argv)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        raise SystemExit(f"{kind}_job: error: {exc}") from None
+    if not job.warehouse:
+        # analyze sits below the settings, so the entry point supplies the default warehouse
+        # (analyze.jobs.parse_args still reads WAREHOUSE_URL itself too: the same variable).
+        job = dataclasses.replace(job, warehouse=reveal(settings.warehouse_url))
     spark = session(f"groupscope-{kind}")
     try:
         written = analytics(spark, job, kind)
@@ -231,12 +242,13 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _warehouse(warehouse_url: str) -> Iterator[Any]:
-    """A migrated engine for one stage; an unreachable warehouse becomes ``StageFailed``."""
+    """A migrated engine for one stage (migrated once per process: a task's stages share
+    it); an unreachable warehouse becomes ``StageFailed``."""
     from groupscope import warehouse
 
     engine = warehouse.engine_for(warehouse_url)
     try:
-        warehouse.migrate(engine)
+        warehouse.ensure_migrated(engine)
         yield engine
     except warehouse.WarehouseUnavailable as exc:
         raise StageFailed(f"{exc} (landed data is kept and loads later)") from None

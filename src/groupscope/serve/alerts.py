@@ -1,7 +1,9 @@
 """Alert notifications: one ``Alert`` shape, written to a local alert log (JSON lines, always)
 and posted to a webhook when one is configured (Slack-compatible ``{"text": ...}`` plus the
 structured fields). The webhook URL is a secret: it comes from the caller (an Airflow
-connection) or ``GROUPSCOPE_ALERT_WEBHOOK_URL`` and is never logged or written anywhere.
+connection, or ``GROUPSCOPE_ALERT_WEBHOOK_URL`` through ``groupscope.settings``) and is never
+logged or written anywhere. Where the log is, is the caller's too (``GROUPSCOPE_ALERT_LOG``):
+this module reads no environment, as the settings sit above it.
 
 Sending never raises: an alert that could not be delivered is still in the log, marked
 ``delivered: false`` with the reason, because it is called from failure callbacks."""
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
@@ -19,9 +20,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-ALERT_LOG_ENV = "GROUPSCOPE_ALERT_LOG"
-WEBHOOK_ENV = "GROUPSCOPE_ALERT_WEBHOOK_URL"
 
 
 @dataclass(frozen=True)
@@ -38,18 +36,13 @@ class Alert:
             f"\n({labels})" if labels else "")
 
 
-def default_log_path() -> Path:
-    return Path(os.environ.get(ALERT_LOG_ENV) or Path.home() / ".groupscope" / "alerts.jsonl")
-
-
-def send(alert: Alert, webhook_url: str | None = None, log_path: Path | None = None,
+def send(alert: Alert, webhook_url: str | None, log_path: Path,
          timeout_s: float = 10.0) -> dict[str, Any]:
     """Logs the alert and posts it to the webhook, if any; returns the log entry."""
-    url = webhook_url or os.environ.get(WEBHOOK_ENV)
     entry: dict[str, Any] = {**asdict(alert), "at": alert.at.isoformat()}
-    if url:
+    if webhook_url:
         try:
-            _post(url, {**entry, "detail": alert.text, "text": alert.message()}, timeout_s)
+            _post(webhook_url, {**entry, "detail": alert.text, "text": alert.message()}, timeout_s)
             entry["delivered"] = True
         except (urllib.error.URLError, OSError, ValueError) as exc:
             # The reason only: the URL (a secret) is not part of it.
@@ -59,9 +52,8 @@ def send(alert: Alert, webhook_url: str | None = None, log_path: Path | None = N
             log.warning("alert %r not delivered: %s", alert.title, entry["delivery_error"])
     else:
         entry["delivered"] = None  # no webhook configured: the log is the only sink
-    path = log_path or default_log_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as out:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8") as out:
         out.write(json.dumps(entry, ensure_ascii=False) + "\n")
     log.error("%s", alert.message())
     return entry
@@ -77,8 +69,7 @@ def _post(url: str, body: dict[str, Any], timeout_s: float) -> None:
         response.read()
 
 
-def read_log(path: Path | None = None) -> list[dict[str, Any]]:
-    path = path or default_log_path()
+def read_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
