@@ -89,8 +89,9 @@ def _normalise(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The wheel, and the fresh virtual environment it is installed into."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The wheel, and the fresh virtual environment it is installed into (removed afterwards:
+    with pyspark it takes about 800 MB)."""
     base = tmp_path_factory.mktemp("wheel")
     assert not base.resolve().is_relative_to(ROOT)
     env = _outside_env()
@@ -114,8 +115,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
          timeout=600)
     timings["install"] = time.monotonic() - started
     print(f"wheel: built in {timings['build']:.1f}s, installed in {timings['install']:.1f}s")
-    return {"wheel": wheels[0], "source": source / "src" / "groupscope", "venv": venv,
-            "python": python, "work": base / "work", "timings": timings}
+    yield {"wheel": wheels[0], "source": source / "src" / "groupscope", "venv": venv,
+           "python": python, "work": base / "work", "timings": timings}
+    shutil.rmtree(venv, ignore_errors=True)
 
 
 def test_the_wheel_ships_the_package_data_and_no_dev_stack(built: dict[str, Any]) -> None:
