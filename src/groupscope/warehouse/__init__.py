@@ -57,8 +57,10 @@ class Migration:
 
 
 def migrations(directory: Path | None = None) -> list[Migration]:
-    """The migrations in order: the package's own, or those of ``directory`` (tests)."""
-    folder: Traversable = directory or resources.files(__package__).joinpath("migrations")
+    """The migrations in order: the package's own, or those of ``directory/migrations``
+    (tests; the layout of the package and of the checkout's ``sql/``, as before the move)."""
+    root: Traversable = directory or resources.files(__package__)
+    folder = root.joinpath("migrations")
     found = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
