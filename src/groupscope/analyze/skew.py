@@ -1,24 +1,26 @@
 """Skew per group and snapshot, and per assignment strategy across groups and hours.
 
-Per group (members with no partition count, as idle): partitions per member max - min and
-coefficient of variation (population standard deviation / mean; null for a group with no
-partitions), idle members, and the most-lagged member's share of the group's positive lag.
-The same definitions as the what-if simulator (``groupscope.simulate.whatif.skew``), computed
-here over every snapshot. Per strategy and hour: the averages over its groups' snapshots, and the
-movement per rebalance from the rebalance events of the same hour.
+Per group: ``groupscope.contract.skew`` (the figures, their names and their edge cases),
+implemented here as column expressions over every snapshot, where a Python call per group
+would be far too slow; tests/unit/test_skew_parity.py checks both give the same figures. Per
+strategy and hour: the averages over its groups' snapshots, and the movement per rebalance from
+the rebalance events of the same hour.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from groupscope.contract.skew import FIELDS
 
 SNAPSHOT_GROUP = ["cluster", "snapshot_ts", "group_id"]
 
 
 def group_skew(members: DataFrame, assignments: DataFrame, groups: DataFrame,
                lag: DataFrame) -> DataFrame:
-    """mart.group_skew rows for groups with members."""
+    """mart.group_skew rows for groups with members. ``lag`` is partition lag rows
+    (``analyze.lag.partition_lag``): each names the one member a partition counts for."""
     owned = (assignments.where(F.col("kind") == "current")
              .groupBy(*SNAPSHOT_GROUP, "member_id").agg(F.count("*").alias("_partitions")))
     member_lag = (lag.where(F.col("member_id").isNotNull())
@@ -30,21 +32,27 @@ def group_skew(members: DataFrame, assignments: DataFrame, groups: DataFrame,
                   .fillna({"_partitions": 0, "_lag": 0}))
     mean = F.mean("_partitions")
     per_group = per_member.groupBy(*SNAPSHOT_GROUP).agg(
-        F.count("*").cast("int").alias("members"),
-        F.sum("_partitions").cast("int").alias("partitions"),
-        (F.max("_partitions") - F.min("_partitions")).cast("int").alias("max_minus_min"),
-        F.when(mean > 0, F.stddev_pop("_partitions") / mean).alias("coefficient_of_variation"),
-        F.sum((F.col("_partitions") == 0).cast("int")).cast("int").alias("idle_members"),
-        F.max_by("member_id", "_lag").alias("_top_member"),
+        F.count("*").alias("_members"), F.sum("_partitions").alias("_owned"),
+        (F.max("_partitions") - F.min("_partitions")).alias("_max_minus_min"),
+        F.when(mean > 0, F.stddev_pop("_partitions") / mean).alias("_cv"),
+        F.sum((F.col("_partitions") == 0).cast("int")).alias("_idle"),
+        # The most lag, then the smallest member id: deterministic among equals.
+        F.min_by("member_id", F.struct(-F.col("_lag"), F.col("member_id"))).alias("_top_member"),
         F.max("_lag").alias("_top_lag"), F.sum("_lag").alias("_total_lag"))
+    lagged = F.col("_total_lag") > 0
+    figures: dict[str, Column] = {
+        "members": F.col("_members").cast("int"),
+        "partitions": F.col("_owned").cast("int"),
+        "max_minus_min": F.col("_max_minus_min").cast("int"),
+        "coefficient_of_variation": F.col("_cv"),
+        "idle_members": F.col("_idle").cast("int"),
+        "most_lagged_member": F.when(lagged, F.col("_top_member")),
+        "most_lagged_share": F.when(lagged, F.col("_top_lag") / F.col("_total_lag")),
+    }
     strategy = groups.select(*SNAPSHOT_GROUP, "group_type",
                              F.coalesce(F.col("assignor"), F.lit("unknown")).alias("strategy"))
     return per_group.join(strategy, SNAPSHOT_GROUP, "left").select(
-        *SNAPSHOT_GROUP, "group_type", "strategy", "members", "partitions", "max_minus_min",
-        "coefficient_of_variation", "idle_members",
-        F.when(F.col("_total_lag") > 0, F.col("_top_member")).alias("most_lagged_member"),
-        F.when(F.col("_total_lag") > 0, F.col("_top_lag") / F.col("_total_lag"))
-        .alias("most_lagged_share"))
+        *SNAPSHOT_GROUP, "group_type", "strategy", *(figures[f].alias(f) for f in FIELDS))
 
 
 def strategy_skew_hourly(skew: DataFrame, events: DataFrame) -> DataFrame:

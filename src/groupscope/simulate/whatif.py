@@ -3,7 +3,6 @@ recommend. Pure functions over a snapshot's group: no I/O, no clock."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +16,8 @@ from groupscope.contract.model import (
     TopicPartition,
     offset_lag,
 )
+from groupscope.contract.skew import FIELDS, GroupSkew, member_loads
+from groupscope.contract.skew import skew as group_skew
 from groupscope.contract.tables import WHATIF_SCHEMAS
 from groupscope.simulate.assignors import EAGER, AssignmentInput, MemberSpec, assign
 
@@ -25,53 +26,16 @@ CONSUMER_STRATEGIES = ("uniform", "server-range")
 
 
 @dataclass(frozen=True)
-class Skew:
-    members: int
-    partitions: int
-    max_minus_min: int
-    coefficient_of_variation: float | None  # population std / mean of partitions per member
-    idle_members: int
-    most_lagged_member: str | None
-    most_lagged_share: float | None  # that member's share of the group's lag
-    topics_with_extra: Mapping[str, int]  # member -> topics where it got more than its floor
+class Skew(GroupSkew):
+    """The skew figures (``groupscope.contract.skew``) and what the advice explains them with."""
 
-    def as_record(self) -> dict[str, object]:
-        return {
-            "members": self.members,
-            "partitions": self.partitions,
-            "max_minus_min": self.max_minus_min,
-            "coefficient_of_variation": self.coefficient_of_variation,
-            "idle_members": self.idle_members,
-            "most_lagged_member": self.most_lagged_member,
-            "most_lagged_share": self.most_lagged_share,
-        }
+    topics_with_extra: Mapping[str, int]  # member -> topics where it got more than its floor
 
 
 def skew(assignment: Assignment, lag: Mapping[TopicPartition, int] | None = None) -> Skew:
-    counts = [len(parts) for parts in assignment.values()]
-    total = sum(counts)
-    cv = None
-    if counts and total:
-        mean = total / len(counts)
-        cv = math.sqrt(sum((c - mean) ** 2 for c in counts) / len(counts)) / mean
-    most, share = None, None
-    if lag:
-        per_member = {m: sum(max(lag.get(p, 0), 0) for p in parts)
-                      for m, parts in assignment.items()}
-        group_lag = sum(per_member.values())
-        if group_lag > 0:
-            most = max(sorted(per_member), key=lambda m: per_member[m])
-            share = per_member[most] / group_lag
-    return Skew(
-        members=len(counts),
-        partitions=total,
-        max_minus_min=(max(counts) - min(counts)) if counts else 0,
-        coefficient_of_variation=cv,
-        idle_members=sum(1 for c in counts if c == 0),
-        most_lagged_member=most,
-        most_lagged_share=share,
-        topics_with_extra=_extra_by_topic(assignment),
-    )
+    figures = group_skew(member_loads(assignment, lag or {}))
+    return Skew(**{name: getattr(figures, name) for name in FIELDS},
+                topics_with_extra=_extra_by_topic(assignment))
 
 
 def _extra_by_topic(assignment: Assignment) -> dict[str, int]:
