@@ -122,7 +122,7 @@ def test_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
 
 
 def test_mart_schema_matches_the_migrations(warehouse_engine: Engine) -> None:
-    from groupscope.simulate.whatif import ADVICE_SCHEMA, WHATIF_SCHEMA
+    from groupscope.contract.tables import ADVICE_SCHEMA, WHATIF_SCHEMA
 
     with warehouse_engine.connect() as conn:
         for table, schema in (("assignment_whatif", WHATIF_SCHEMA),
