@@ -37,6 +37,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from groupscope.contract.status import TimeLagKind
+
 GROUP_PARTITION = ["cluster", "group_id", "topic", "partition"]
 LOG_PARTITION = ["cluster", "topic", "partition"]
 
@@ -167,11 +169,11 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     extrapolated = first["t"] - (first["hw"] - F.col("_value")) / rate
     appended_at = (
         F.when(inside & a.isNotNull(), F.struct(interpolated.alias("t"),
-                                                F.lit("interpolated").alias("k")))
+                                                F.lit(TimeLagKind.INTERPOLATED.value).alias("k")))
         .when(~inside & (rate > 0), F.struct(extrapolated.alias("t"),
-                                             F.lit("extrapolated").alias("k")))
+                                             F.lit(TimeLagKind.EXTRAPOLATED.value).alias("k")))
         .when(~inside & first.isNotNull(), F.struct(first["t"].alias("t"),
-                                                    F.lit("at_least").alias("k"))))
+                                                    F.lit(TimeLagKind.AT_LEAST.value).alias("k"))))
     found = found.select(*query_key, appended_at.alias("_appended"))
 
     result = queries.join(found, query_key, "left")
@@ -180,9 +182,9 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
                 .when(F.col("lag") <= 0, F.lit(0.0))
                 .when(F.col("_appended").isNotNull(),
                       F.greatest(now - F.col("_appended")["t"], F.lit(0.0))))
-    kind = (F.when(F.col("lag").isNull(), F.lit("unknown"))
-            .when(F.col("lag") <= 0, F.lit("caught_up"))
-            .otherwise(F.coalesce(F.col("_appended")["k"], F.lit("unknown"))))
+    kind = (F.when(F.col("lag").isNull(), F.lit(TimeLagKind.UNKNOWN.value))
+            .when(F.col("lag") <= 0, F.lit(TimeLagKind.CAUGHT_UP.value))
+            .otherwise(F.coalesce(F.col("_appended")["k"], F.lit(TimeLagKind.UNKNOWN.value))))
     return (result.withColumn("time_lag_estimated_s", time_lag)
             .withColumn("time_lag_kind", kind)
             .drop("_qid", "_appended", "segment"))
