@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from groupscope_dev import importable_env
+
 log = logging.getLogger(__name__)
 
 TOPICS: dict[str, int] = {
@@ -246,7 +248,7 @@ class Demo:
             [sys.executable, "-m", "groupscope_dev.demo", "--bootstrap", self.bootstrap,
              *args],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**importable_env(os.environ), "PYTHONUNBUFFERED": "1"},
         )
 
 

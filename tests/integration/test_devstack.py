@@ -24,7 +24,7 @@ from kafkautil import (
 )
 
 from groupscope.contract.model import GroupType
-from groupscope_dev import StackError
+from groupscope_dev import StackError, importable_env
 from groupscope_dev.__main__ import Stack
 from groupscope_dev.kafka import KafkaCluster, kafka_libs, require_java
 from groupscope_dev.ports import LOOPBACK, free_port_block, free_ports
@@ -123,7 +123,7 @@ def test_postgres_runs_for_a_normal_user() -> None:
     # Not pytest's tmp_path: its parents are private to root.
     home = Path(tempfile.mkdtemp(prefix="groupscope-user-"))
     try:
-        env = {**os.environ, "HOME": str(home)}
+        env = {**importable_env(os.environ), "HOME": str(home)}
         python, user = sys.executable, None
         if os.geteuid() == 0:
             user = "groupscope-test"
@@ -136,8 +136,9 @@ def test_postgres_runs_for_a_normal_user() -> None:
                 # The venv's interpreter lives where the user cannot go (/root/.pyenv, say):
                 # the system's Python 3.11 with the venv's packages is the same code.
                 python = "/usr/bin/python3.11"
-                src = str(Path(__file__).resolve().parents[2] / "src")
-                env["PYTHONPATH"] = os.pathsep.join([src, sysconfig.get_paths()["purelib"]])
+                checkout = Path(__file__).resolve().parents[2]
+                env["PYTHONPATH"] = os.pathsep.join([str(checkout / "src"), str(checkout / "dev"),
+                                                     sysconfig.get_paths()["purelib"]])
                 if not _runs_as(user, [python, "-c", "import psycopg, groupscope"], env):
                     pytest.skip("no Python 3.11 with this checkout's packages is usable by "
                                 "an unprivileged user here")
