@@ -245,6 +245,90 @@ def cmd_rebalances(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_alerts(args: argparse.Namespace) -> int:
+    return int(args.alerts_func(args))
+
+
+def _rules(path: str | None) -> Any:
+    from groupscope.serve.rules import RulesError, load_rules
+
+    try:
+        return load_rules(Path(path) if path else None)
+    except RulesError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
+    rules = _rules(args.file)
+    print(f"{args.file}: OK: {len(rules.rules)} rules, {len(rules.channels)} channels, "
+          f"{len(rules.routes)} routes; repeat every {rules.repeat_interval}, keep firing "
+          f"{rules.keep_firing_for}")
+    for rule in rules.rules:
+        overrides = f", {len(rule.overrides)} override(s)" if rule.overrides else ""
+        state = "" if rule.enabled else " (disabled)"
+        print(f"  {rule.name:<26} {rule.severity:<8} {rule.condition} > {rule.threshold:g} "
+              f"for {rule.for_}{overrides}{state}")
+    return 0
+
+
+def cmd_alerts_list(args: argparse.Namespace) -> int:
+    from groupscope import warehouse
+    from groupscope.serve import incidents
+    from groupscope.serve.notify import duration, headline
+
+    if not args.url:
+        raise CliError("no warehouse: give --url or set WAREHOUSE_URL", EXIT_USAGE)
+    engine = warehouse.engine_for(args.url)
+    try:
+        with warehouse.connect(engine) as conn:
+            open_now = incidents.open_incidents(conn, args.cluster)
+            delivered = incidents.deliveries(conn, [i.incident_id for i in open_now])
+    except warehouse.WarehouseUnavailable as exc:
+        raise CliError(str(exc), EXIT_UNAVAILABLE) from None
+    finally:
+        engine.dispose()
+    now = datetime.now(UTC)
+    if args.format == "json":
+        _print_json([{**{k: v for k, v in vars(i).items()},
+                      "deliveries": delivered.get(i.incident_id, [])} for i in open_now])
+        return 0
+    if not open_now:
+        print("no open incidents")
+        return 0
+    print(f"{'state':<8} {'severity':<8} {'since':>9}  {'cluster':<12} {'group':<28} "
+          f"{'rule':<24} what / deliveries")
+    for i in open_now:
+        channels = ", ".join(f"{d['channel']} {d['notification']} {d['state']}"
+                             for d in delivered.get(i.incident_id, [])) or "none owed yet"
+        print(f"{i.state:<8} {i.severity:<8} {duration((now - i.started_at).total_seconds()):>9}"
+              f"  {i.cluster[:12]:<12} {(i.group_id or '-')[:28]:<28} {i.rule[:24]:<24} "
+              f"{headline(i)} (value {i.value:g}, threshold {i.threshold:g}) / {channels}")
+    return 0
+
+
+def cmd_alerts_test(args: argparse.Namespace) -> int:
+    from groupscope.serve.airflow_channels import build_channels
+    from groupscope.serve.channels import ChannelError, Message
+
+    settings = load_settings()
+    rules = _rules(args.rules or (str(settings.alert_rules) if settings.alert_rules else None))
+    channels, skipped = build_channels(rules, reveal(settings.alert_webhook_url))
+    if args.channel not in channels:
+        known = ", ".join(sorted(c.name for c in rules.channels))
+        why = skipped.get(args.channel, f"no channel {args.channel!r} (known: {known})")
+        raise CliError(f"channel {args.channel}: {why}", EXIT_USAGE)
+    at = datetime.now(UTC).strftime("%H:%M:%SZ")
+    message = Message(f"[TEST] groupscope: a test of channel {args.channel}",
+                      f"[TEST] groupscope test message to channel {args.channel} at {at}. "
+                      "If you read this, alerts reach you here.", [], "test")
+    try:
+        channels[args.channel].send(message)
+    except ChannelError as exc:
+        raise CliError(str(exc), EXIT_UNAVAILABLE) from None
+    print(f"sent a test message to channel {args.channel}")
+    return 0
+
+
 def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     """The parser; ``settings`` give the defaults that come from the environment."""
     default_url = reveal(settings.warehouse_url) if settings else None
@@ -332,6 +416,25 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     reb.add_argument("--timeout", type=float, default=15.0, help="seconds per request")
     reb.add_argument("--run-timeout", type=float, default=300.0)
     reb.set_defaults(func=cmd_rebalances)
+
+    alerts = sub.add_parser("alerts", help="alert incidents, channels and rules files")
+    alerts_sub = alerts.add_subparsers(dest="action", required=True)
+    al = alerts_sub.add_parser("list", help="open incidents (pending and firing), with the "
+                                            "delivery state of each channel")
+    al.add_argument("--url", default=default_url, help="the warehouse (default: WAREHOUSE_URL)")
+    al.add_argument("--cluster", help="only this cluster")
+    al.add_argument("--format", choices=["table", "json"], default="table")
+    al.set_defaults(alerts_func=cmd_alerts_list)
+    at = alerts_sub.add_parser("test", help="send a test message through one channel")
+    at.add_argument("--channel", required=True, help="a channel name (webhook, slack, email "
+                                                     "or one of the rules file)")
+    at.add_argument("--rules", metavar="FILE",
+                    help="the rules file naming the channels (default: GROUPSCOPE_ALERT_RULES)")
+    at.set_defaults(alerts_func=cmd_alerts_test)
+    ac = alerts_sub.add_parser("check-rules", help="validate a rules file")
+    ac.add_argument("file", metavar="FILE")
+    ac.set_defaults(alerts_func=cmd_alerts_check_rules)
+    alerts.set_defaults(func=cmd_alerts)
 
     return parser
 

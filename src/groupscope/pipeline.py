@@ -27,6 +27,8 @@ from groupscope.settings import SettingsError, load_settings, reveal
 
 if TYPE_CHECKING:
     from groupscope.analyze.jobs import JobArgs
+    from groupscope.serve.channels import Channel
+    from groupscope.serve.rules import RuleSet
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +256,44 @@ def _warehouse(warehouse_url: str) -> Iterator[Any]:
         raise StageFailed(f"{exc} (landed data is kept and loads later)") from None
     finally:
         engine.dispose()
+
+
+def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
+                    channels: Mapping[str, Channel], now: datetime, snapshot_every: timedelta,
+                    dashboard_url: str) -> dict[str, Any]:
+    """Evaluates the alert rules over the cluster's newest marts (``groupscope.serve``),
+    keeps the incidents, then sends what they owe, per channel (one transaction per step,
+    serialised per cluster). Returns a summary: nothing in it is a secret.
+
+    Delivery is at least once: a channel that fails, or a crash after a send but before its
+    outcome is recorded, leaves the delivery owed, and the next evaluation sends it."""
+    from groupscope.serve import conditions, incidents, notify
+
+    with _warehouse(warehouse_url) as engine:
+        with engine.begin() as conn:
+            incidents.lock(conn, cluster)
+            observed = conditions.observe(conn, cluster, {r.condition for r in rules.rules},
+                                          now, snapshot_every)
+            result = incidents.evaluate(rules, observed, incidents.open_incidents(conn, cluster),
+                                        now)
+            incidents.save(conn, result.incidents)
+            owed = incidents.owe(conn, result.notices, lambda i: [
+                c.name for c in rules.channels_for(i.severity, i.labels) if c.name in channels],
+                now)
+        with engine.begin() as conn:
+            incidents.lock(conn, cluster)
+            outcome = notify.deliver(
+                incidents.undelivered(conn, cluster), channels, dashboard_url,
+                lambda items, error: incidents.record_delivery(conn, items, now, error))
+            open_now = incidents.open_incidents(conn, cluster)
+    summary = {"cluster": cluster, "observations": len(observed),
+               "changed": len(result.incidents),
+               "notifications": [f"{n.notification} {n.incident.rule} "
+                                 f"{n.incident.group_id or cluster}" for n in result.notices],
+               "deliveries_owed": owed, "deliveries": outcome,
+               "firing": sum(i.state == "firing" for i in open_now),
+               "pending": sum(i.state == "pending" for i in open_now)}
+    for name, error in outcome.items():
+        if not error.startswith("sent"):
+            log.warning("alert channel %s: %s", name, error)
+    return summary

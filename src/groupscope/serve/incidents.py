@@ -1,0 +1,297 @@
+"""Alert incidents: the lifecycle (a pure function of the rules, the observed values, the open
+incidents and the time) and their store in the warehouse (``ops.alert_incidents``,
+``ops.alert_deliveries``).
+
+Lifecycle of one fingerprint (rule, cluster, group, topic):
+
+- the rule's value exceeds its threshold: a **pending** incident starts; it turns **firing**
+  once the condition has held for the rule's ``for`` (at once when ``for`` is 0). Firing owes
+  every routed channel a ``firing`` notification, once.
+- while it stays firing, a ``repeat-N`` notification is owed every ``repeat_interval``.
+- the value falls back: a pending incident is dropped silently (it never notified); a firing
+  one stays firing for ``keep_firing_for`` more (so a flapping value does not fire and resolve
+  at every snapshot), then **resolves** and owes a ``resolved`` notification, once.
+- a later episode of the same fingerprint is a new incident with a new id.
+
+Owed notifications are rows of ``ops.alert_deliveries`` (one per incident, notification and
+channel): ``groupscope.serve.notify`` sends them and records each channel's outcome. An
+evaluation repeated for the same data finds nothing new to owe, so it sends nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+
+from groupscope.serve.conditions import Observation
+from groupscope.serve.rules import RuleSet
+
+PENDING, FIRING, RESOLVED = "pending", "firing", "resolved"
+
+
+@dataclass(frozen=True)
+class Incident:
+    incident_id: str
+    fingerprint: str
+    rule: str
+    severity: str
+    cluster: str
+    group_id: str
+    topic: str
+    state: str
+    started_at: datetime
+    last_seen_at: datetime
+    evaluated_at: datetime
+    value: float
+    threshold: float
+    details: Mapping[str, Any] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    runbook: str = ""
+    firing_at: datetime | None = None
+    resolved_at: datetime | None = None
+    notifications: int = 0
+    last_notified_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A notification an incident owes its channels."""
+
+    incident: Incident
+    notification: str  # firing | repeat-N | resolved
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    incidents: list[Incident]  # new or changed
+    notices: list[Notice]
+
+
+def fingerprint(rule: str, cluster: str, group_id: str, topic: str = "") -> str:
+    key = json.dumps([rule, cluster, group_id, topic], ensure_ascii=False)
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _incident_id(fp: str, started_at: datetime) -> str:
+    return hashlib.sha256(f"{fp}|{started_at.isoformat()}".encode()).hexdigest()[:16]
+
+
+def evaluate(rules: RuleSet, observations: Iterable[Observation],
+             open_incidents: Iterable[Incident], now: datetime) -> Evaluation:
+    """One evaluation step (see the module doc). ``open_incidents``: the pending and firing
+    incidents of the subjects observed (one cluster)."""
+    by_condition: dict[str, list[Any]] = {}
+    for rule in rules.rules:
+        by_condition.setdefault(rule.condition, []).append(rule)
+    current = {i.fingerprint: i for i in open_incidents}
+    changed: list[Incident] = []
+    notices: list[Notice] = []
+    seen: set[str] = set()
+
+    for obs in observations:
+        for rule in by_condition.get(obs.condition, []):
+            effective = rule.effective(obs.cluster, obs.group_id)
+            fp = fingerprint(effective.name, obs.cluster, obs.group_id, obs.topic)
+            seen.add(fp)
+            holds = effective.enabled and obs.value > effective.threshold
+            incident = current.get(fp)
+            updated, notice = _step(incident, holds, obs, effective, fp, now, rules)
+            if updated is not None and updated != incident:
+                changed.append(updated)
+            if notice is not None:
+                notices.append(notice)
+
+    # Open incidents nobody observed this time (a deleted group, a rule removed from the
+    # file): their condition no longer holds.
+    for fp, incident in current.items():
+        if fp in seen:
+            continue
+        updated, notice = _clear(incident, now, rules, keep_firing=incident.rule in {
+            r.name for r in rules.rules})
+        if updated != incident:
+            changed.append(updated)
+        if notice is not None:
+            notices.append(notice)
+    return Evaluation(changed, _inhibited(notices, [*current.values(), *changed]))
+
+
+# A condition whose notifications a firing incident of another condition, on the same group,
+# makes redundant: a group STOPPED for having no members is Empty with a growing lag too, and
+# its message already says so (Alertmanager calls this inhibition).
+INHIBITED_BY = {"group_empty_lag_growing": "group_status_err"}
+
+
+def _inhibited(notices: list[Notice], incidents: Iterable[Incident]) -> list[Notice]:
+    latest = {i.incident_id: i for i in incidents}
+    firing = {(i.cluster, i.group_id, i.details.get("condition")) for i in latest.values()
+              if i.state == FIRING}
+    return [n for n in notices
+            if (n.incident.cluster, n.incident.group_id,
+                INHIBITED_BY.get(str(n.incident.details.get("condition")))) not in firing]
+
+
+def _step(incident: Incident | None, holds: bool, obs: Observation, effective: Any, fp: str,
+          now: datetime, rules: RuleSet) -> tuple[Incident | None, Notice | None]:
+    if not holds:
+        if incident is None:
+            return None, None
+        # The latest value and details even so: a resolved message says how things are now.
+        updated, notice = _clear(incident, now, rules, keep_firing=True)
+        updated = replace(updated, value=obs.value, details=_details(obs))
+        return updated, Notice(updated, notice.notification) if notice else None
+    if incident is None:
+        incident = Incident(
+            incident_id=_incident_id(fp, now), fingerprint=fp, rule=effective.name,
+            severity=effective.severity, cluster=obs.cluster, group_id=obs.group_id,
+            topic=obs.topic, state=PENDING, started_at=now, last_seen_at=now,
+            evaluated_at=now, value=obs.value, threshold=effective.threshold,
+            details=_details(obs), labels=dict(effective.labels),
+            runbook=effective.runbook)
+    incident = replace(incident, last_seen_at=now, evaluated_at=now, value=obs.value,
+                       threshold=effective.threshold, severity=effective.severity,
+                       details=_details(obs), labels=dict(effective.labels),
+                       runbook=effective.runbook)
+    if incident.state == PENDING and now - incident.started_at >= effective.for_:
+        incident = replace(incident, state=FIRING, firing_at=now, notifications=1,
+                           last_notified_at=now)
+        return incident, Notice(incident, "firing")
+    if (incident.state == FIRING and incident.last_notified_at is not None
+            and now - incident.last_notified_at >= rules.repeat_interval):
+        incident = replace(incident, notifications=incident.notifications + 1,
+                           last_notified_at=now)
+        return incident, Notice(incident, f"repeat-{incident.notifications - 1}")
+    return incident, None
+
+
+def _clear(incident: Incident, now: datetime, rules: RuleSet,
+           keep_firing: bool) -> tuple[Incident, Notice | None]:
+    """The condition of ``incident`` does not hold at ``now``."""
+    if incident.state == PENDING:
+        return replace(incident, state=RESOLVED, resolved_at=now, evaluated_at=now), None
+    if keep_firing and now - incident.last_seen_at < rules.keep_firing_for:
+        return replace(incident, evaluated_at=now), None
+    resolved = replace(incident, state=RESOLVED, resolved_at=now, evaluated_at=now)
+    return resolved, Notice(resolved, "resolved")
+
+
+def _details(obs: Observation) -> dict[str, Any]:
+    """What the message needs, with the condition kind (a rule of the user's may use any)."""
+    return {**obs.details, "condition": obs.condition}
+
+
+# --- the store --------------------------------------------------------------------------------
+
+_COLUMNS = ("incident_id", "fingerprint", "rule", "severity", "cluster", "group_id", "topic",
+            "state", "started_at", "firing_at", "last_seen_at", "evaluated_at", "resolved_at",
+            "value", "threshold", "details", "labels", "runbook", "notifications",
+            "last_notified_at")
+
+
+def lock(conn: Any, cluster: str) -> None:
+    """Serialises evaluations of one cluster (until the transaction ends)."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                  {"key": f"groupscope-alerts:{cluster}"})
+
+
+def open_incidents(conn: Any, cluster: str | None = None) -> list[Incident]:
+    query = f"SELECT {', '.join(_COLUMNS)} FROM ops.alert_incidents WHERE state <> 'resolved'"
+    params: dict[str, Any] = {}
+    if cluster is not None:
+        query += " AND cluster = :cluster"
+        params["cluster"] = cluster
+    rows = conn.execute(text(query + " ORDER BY started_at"), params).mappings().all()
+    return [Incident(**dict(row)) for row in rows]
+
+
+def save(conn: Any, incidents: Sequence[Incident]) -> None:
+    if not incidents:
+        return
+    columns = ", ".join(_COLUMNS)
+    values = ", ".join(f"CAST(:{c} AS jsonb)" if c in ("details", "labels") else f":{c}"
+                       for c in _COLUMNS)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS if c != "incident_id")
+    statement = text(f"INSERT INTO ops.alert_incidents ({columns}) VALUES ({values}) "
+                     f"ON CONFLICT (incident_id) DO UPDATE SET {updates}")
+    conn.execute(statement, [_row(i) for i in incidents])
+
+
+def _row(incident: Incident) -> dict[str, Any]:
+    row = {c: getattr(incident, c) for c in _COLUMNS}
+    row["details"] = json.dumps(incident.details, ensure_ascii=False, default=str)
+    row["labels"] = json.dumps(dict(incident.labels), ensure_ascii=False)
+    return row
+
+
+def owe(conn: Any, notices: Iterable[Notice], channels_for: Any, now: datetime) -> int:
+    """Records the deliveries the notices owe: one per routed channel. ``channels_for``:
+    incident -> channel names. Returns how many rows were added (an existing one is kept:
+    a rerun owes nothing new)."""
+    rows = [{"incident_id": n.incident.incident_id, "notification": n.notification,
+             "channel": channel, "created_at": now}
+            for n in notices for channel in channels_for(n.incident)]
+    if not rows:
+        return 0
+    result = conn.execute(text(
+        "INSERT INTO ops.alert_deliveries (incident_id, notification, channel, state, "
+        "created_at) VALUES (:incident_id, :notification, :channel, 'pending', :created_at) "
+        "ON CONFLICT DO NOTHING"), rows)
+    return int(result.rowcount or 0)
+
+
+@dataclass(frozen=True)
+class Undelivered:
+    incident: Incident
+    notification: str
+    channel: str
+    attempts: int
+
+
+def undelivered(conn: Any, cluster: str) -> list[Undelivered]:
+    columns = ", ".join(f"i.{c}" for c in _COLUMNS)
+    rows = conn.execute(text(
+        f"SELECT {columns}, d.notification, d.channel, d.attempts "
+        "FROM ops.alert_deliveries d JOIN ops.alert_incidents i USING (incident_id) "
+        "WHERE d.state <> 'sent' AND i.cluster = :cluster "
+        "ORDER BY d.created_at, i.group_id, d.notification"), {"cluster": cluster}).mappings()
+    result = []
+    for row in rows:
+        values = dict(row)
+        notification, channel, attempts = (values.pop("notification"), values.pop("channel"),
+                                           values.pop("attempts"))
+        result.append(Undelivered(Incident(**values), notification, channel, attempts))
+    return result
+
+
+def record_delivery(conn: Any, items: Iterable[Undelivered], now: datetime,
+                    error: str | None) -> None:
+    """The outcome of one send of ``items`` (one channel): sent, or failed with ``error``."""
+    rows = [{"incident_id": u.incident.incident_id, "notification": u.notification,
+             "channel": u.channel, "now": now, "error": error} for u in items]
+    if not rows:
+        return
+    conn.execute(text(
+        "UPDATE ops.alert_deliveries SET attempts = attempts + 1, last_attempt_at = :now, "
+        "state = CASE WHEN CAST(:error AS text) IS NULL THEN 'sent' ELSE 'failed' END, "
+        "sent_at = CASE WHEN CAST(:error AS text) IS NULL THEN :now END, "
+        "error = :error WHERE incident_id = :incident_id AND notification = :notification "
+        "AND channel = :channel"), rows)
+
+
+def deliveries(conn: Any, incident_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each incident's delivery state per channel (for ``groupscope alerts list``)."""
+    if not incident_ids:
+        return {}
+    rows = conn.execute(text(
+        "SELECT incident_id, notification, channel, state, attempts, sent_at, error "
+        "FROM ops.alert_deliveries WHERE incident_id = ANY(:ids) "
+        "ORDER BY created_at, channel"), {"ids": list(incident_ids)}).mappings()
+    result: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        result.setdefault(row["incident_id"], []).append(dict(row))
+    return result

@@ -1,0 +1,205 @@
+"""The incident lifecycle, the notification texts and the per-channel delivery (pure logic:
+the warehouse store and real channels are in tests/integration/test_alerting.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from groupscope.serve.channels import ChannelError, Message
+from groupscope.serve.conditions import Observation
+from groupscope.serve.incidents import FIRING, PENDING, RESOLVED, Incident, Undelivered, evaluate
+from groupscope.serve.notify import deliver, duration, messages
+from groupscope.serve.rules import load_rules
+
+T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
+
+
+def rules(tmp_path: Path, text: str = "") -> Any:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text or "keep_firing_for: 60s\nrepeat_interval: 4h\n")
+    return load_rules(path)
+
+
+def err(group: str, value: float, **details: Any) -> Observation:
+    base = {"status": "ERR" if value else "OK", "partitions": 12, "stop_partitions": value,
+            "stall_partitions": 0, "lag": 48112, "time_lag_s": 400.0, "time_lag_exact": False,
+            "member_count": 0, "state": "Empty", "worst_topic": "payments",
+            "worst_partition": 3, "worst_reason": "lag 4000, committed offset unchanged",
+            "snapshot_ts": T0.isoformat(), "unchanged_since": (T0 - timedelta(seconds=70))
+            .isoformat(), "no_members_since": (T0 - timedelta(seconds=20)).isoformat()}
+    return Observation("group_status_err", "prod", group, value, {**base, **details})
+
+
+class Run:
+    """Evaluations in sequence, carrying the open incidents as the store would."""
+
+    def __init__(self, ruleset: Any) -> None:
+        self.rules, self.open = ruleset, {}
+
+    def at(self, seconds: float, *observations: Observation) -> list[str]:
+        now = T0 + timedelta(seconds=seconds)
+        result = evaluate(self.rules, observations, list(self.open.values()), now)
+        for incident in result.incidents:
+            if incident.state == RESOLVED:
+                self.open.pop(incident.fingerprint, None)
+            else:
+                self.open[incident.fingerprint] = incident
+        return [f"{n.notification} {n.incident.rule} {n.incident.group_id}"
+                for n in result.notices]
+
+    def state(self, rule: str = "group_err") -> str | None:
+        states = [i.state for i in self.open.values() if i.rule == rule]
+        return states[0] if states else None
+
+
+def test_fires_once_at_first_sight_then_resolves_once_after_keep_firing(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path))
+    assert run.at(0, err("payments-eu", 0)) == []
+    assert run.at(30, err("payments-eu", 12)) == ["firing group_err payments-eu"]
+    assert run.state() == FIRING
+    assert run.at(60, err("payments-eu", 12)) == []  # no repeat while it stays firing
+    assert run.at(90, err("payments-eu", 0)) == []  # keep firing 60 s: no resolve yet
+    assert run.state() == FIRING
+    assert run.at(120, err("payments-eu", 12)) == []  # flapped back: still the same incident
+    assert run.at(150, err("payments-eu", 0)) == []
+    assert run.at(215, err("payments-eu", 0)) == ["resolved group_err payments-eu"]
+    assert run.state() is None
+    assert run.at(245, err("payments-eu", 0)) == []
+
+
+def test_repeats_only_after_the_repeat_interval(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, "repeat_interval: 10m\nkeep_firing_for: 0s\n"))
+    assert run.at(0, err("g", 3)) == ["firing group_err g"]
+    assert run.at(599, err("g", 3)) == []
+    assert run.at(600, err("g", 3)) == ["repeat-1 group_err g"]
+    assert run.at(900, err("g", 3)) == []
+    assert run.at(1200, err("g", 3)) == ["repeat-2 group_err g"]
+
+
+def test_for_keeps_it_pending_and_a_short_blip_never_notifies(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, "keep_firing_for: 0s\nrules:\n  - name: group_err\n"
+                              "    severity: critical\n    condition: group_status_err\n"
+                              "    threshold: 0\n    for: 2m\n    runbook: look\n"))
+    assert run.at(0, err("g", 1)) == []
+    assert run.state() == PENDING
+    assert run.at(60, err("g", 0)) == []  # cleared before `for`: dropped, never notified
+    assert run.state() is None
+    assert run.at(90, err("g", 1)) == []
+    assert run.at(180, err("g", 1)) == []
+    assert run.at(210, err("g", 1)) == ["firing group_err g"]
+
+
+def test_rerunning_an_evaluation_owes_nothing_twice(tmp_path: Path) -> None:
+    ruleset = rules(tmp_path)
+    first = evaluate(ruleset, [err("g", 2)], [], T0)
+    assert [n.notification for n in first.notices] == ["firing"]
+    again = evaluate(ruleset, [err("g", 2)], first.incidents, T0)
+    assert again.notices == []
+
+
+def test_a_per_group_override_by_regex(tmp_path: Path) -> None:
+    ruleset = rules(tmp_path, "rules:\n  - name: lag_records_high\n    severity: warning\n"
+                              "    condition: lag_records\n    threshold: 100\n    for: 0s\n"
+                              "    runbook: scale the consumers\n    overrides:\n"
+                              "      - group: 'batch-.*'\n        threshold: 100000\n")
+    run = Run(ruleset)
+    notices = run.at(0, Observation("lag_records", "prod", "batch-nightly", 5000, {}),
+                     Observation("lag_records", "prod", "payments", 5000, {}))
+    assert notices == ["firing lag_records_high payments"]
+
+
+def test_an_unobserved_incident_resolves(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, "keep_firing_for: 0s\n"))
+    assert run.at(0, err("gone", 4)) == ["firing group_err gone"]
+    assert run.at(30) == ["resolved group_err gone"]  # the group was deleted
+
+
+def _owed(notification: str, *groups: str, resolved: bool = False) -> list[Undelivered]:
+    items = []
+    for group in groups:
+        started = T0 - timedelta(seconds=270)
+        incident = Incident(
+            incident_id=f"id-{group}", fingerprint=f"fp-{group}", rule="group_err",
+            severity="critical", cluster="prod", group_id=group, topic="",
+            state=RESOLVED if resolved else FIRING, started_at=started, last_seen_at=T0,
+            evaluated_at=T0, value=12, threshold=0,
+            details={**err(group, 12).details, "condition": "group_status_err"},
+            runbook="Check the consumer's hosts and logs.", firing_at=started,
+            resolved_at=T0 if resolved else None)
+        items.append(Undelivered(incident, notification, "webhook", 0))
+    return items
+
+
+def test_the_firing_text_says_what_how_long_how_bad_and_where_to_look() -> None:
+    [(message, _)] = messages(_owed("firing", "payments-eu"), "http://grafana:3000")
+    assert message.text.splitlines()[:3] == [
+        "[FIRING] cluster prod, group payments-eu: STOPPED.",
+        "12 of 12 partitions have not moved for 1 m 10 s; lag 48,112 records (about 6 m 40 s).",
+        "Members: 0 (Empty since 11:59:40Z).",
+    ]
+    assert ("Dashboard: http://grafana:3000/d/groupscope-group/group-detail?var-cluster=prod"
+            "&var-group=payments-eu. Runbook: Check the consumer's hosts and logs."
+            ) in message.text
+    payload = message.payload()
+    for key in ("incident_id", "state", "rule", "severity", "cluster", "group", "value",
+                "threshold", "since", "dashboard", "runbook"):
+        assert key in payload, key
+    assert payload["group"] == "payments-eu" and payload["state"] == FIRING
+
+
+def test_the_resolved_text_says_how_long_it_lasted() -> None:
+    [(message, _)] = messages(_owed("resolved", "payments-eu", resolved=True), "http://g")
+    assert message.text.startswith(
+        "[RESOLVED] cluster prod, group payments-eu: STOPPED is over after 4 m 30 s")
+    assert message.kind == "resolved"
+
+
+def test_twenty_groups_make_one_grouped_message_per_kind() -> None:
+    groups = [f"group-{n:02d}" for n in range(20)]
+    batches = messages(_owed("firing", *groups) + _owed("resolved", "old", resolved=True),
+                       "http://g")
+    assert [(m.kind, len(items)) for m, items in batches] == [("firing", 20), ("resolved", 1)]
+    text = batches[0][0].text
+    assert text.startswith("[FIRING] cluster prod: 20 incidents (20 group_err).")
+    assert all(f"- group {g}: STOPPED." in text for g in groups)
+    assert len(batches[0][0].payload()["incidents"]) == 20
+
+
+def test_a_failing_channel_does_not_hold_up_the_others() -> None:
+    sent: list[tuple[str, Message]] = []
+    recorded: list[tuple[str, str | None]] = []
+
+    class Good:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def send(self, message: Message) -> None:
+            sent.append((self.name, message))
+
+    class Down:
+        name = "slack"
+
+        def send(self, message: Message) -> None:
+            raise ChannelError("channel slack: Slack webhook failed: connection refused")
+
+    owed = [Undelivered(u.incident, u.notification, channel, 0)
+            for u in _owed("firing", "a", "b") for channel in ("webhook", "slack", "email")]
+    outcome = deliver(owed, {"webhook": Good("webhook"), "slack": Down(),
+                             "email": Good("email")}, "http://g",
+                      lambda items, error: recorded.extend((i.channel, error) for i in items))
+    assert [name for name, _ in sent] == ["webhook", "email"]
+    assert outcome["webhook"] == "sent 2" and outcome["email"] == "sent 2"
+    assert "connection refused" in outcome["slack"]
+    assert sorted(recorded) == sorted([("webhook", None)] * 2 + [("email", None)] * 2
+                                      + [("slack", outcome["slack"])] * 2)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0 s"), (45, "45 s"), (70, "1 m 10 s"), (120, "2 m"), (7500, "2 h 5 m"),
+    (90000, "1 d 1 h")])
+def test_durations_read_as_people_say_them(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
