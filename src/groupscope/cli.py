@@ -259,15 +259,18 @@ def _rules(path: str | None) -> Any:
 
 
 def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
+    from groupscope.serve.notify import duration
+
     rules = _rules(args.file)
     print(f"{args.file}: OK: {len(rules.rules)} rules, {len(rules.channels)} channels, "
-          f"{len(rules.routes)} routes; repeat every {rules.repeat_interval}, keep firing "
-          f"{rules.keep_firing_for}")
+          f"{len(rules.routes)} routes; repeat every "
+          f"{duration(rules.repeat_interval.total_seconds())}, keep firing "
+          f"{duration(rules.keep_firing_for.total_seconds())}")
     for rule in rules.rules:
         overrides = f", {len(rule.overrides)} override(s)" if rule.overrides else ""
         state = "" if rule.enabled else " (disabled)"
         print(f"  {rule.name:<26} {rule.severity:<8} {rule.condition} > {rule.threshold:g} "
-              f"for {rule.for_}{overrides}{state}")
+              f"for {duration(rule.for_.total_seconds())}{overrides}{state}")
     return 0
 
 
