@@ -2,20 +2,26 @@
 YAML file on top, validated at load with pydantic. A rule is a condition over the marts, a
 threshold (it fires when the value is above it), ``for`` (how long it must hold), a severity,
 labels, a runbook line, and per-cluster and per-group overrides matched by regex. The same
-file names the channels (Airflow connections) and routes by severity and labels.
+file names the channels (Airflow connections) and routes notifications by severity and labels.
+docs/alerts.md is the file's reference.
 
-Errors name the file, the rule and the field::
+Every problem is one ``RulesError`` line naming the file, the rule and the field::
 
     rules file /etc/groupscope/rules.yaml: rule 'lag_seconds_high': field 'for': not a
-    duration: '5 minutes' (use 90s, 5m, 1h30m or a number of seconds)
+    duration: '5 minutes' (use 90s, 5m, 1h30m or seconds)
+
+A rules file holds connection ids, never secrets; still, no message quotes a channel's
+connection field back (someone may have pasted a webhook URL there).
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,76 +29,111 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    StrictFloat,
-    StrictInt,
+    PlainValidator,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 
+# Condition kind -> what its value is. A rule fires when the value is above its threshold for
+# `for`, per subject: cluster and group, or the cluster alone for the collector kinds.
 CONDITIONS: Mapping[str, str] = {
     "group_status_err": "partitions of the group in STOP or STALL (group status ERR)",
-    "partition_rewind": "partitions whose committed offset moved back (REWIND)",
-    "lag_seconds": "the group's largest time lag, seconds (exact where sampled, else estimated)",
-    "lag_records": "the group's lag, records",
-    "lag_beyond_retention": "partitions whose committed offset is below the log start",
+    "partition_rewind": "partitions of the group whose committed offset moved back (REWIND)",
+    "lag_seconds": "the group's largest time lag, in seconds",
+    "lag_records": "the group's lag, in records",
+    "lag_beyond_retention": "partitions whose committed offset is below the log start "
+                            "(records lost to the group)",
     "group_empty_lag_growing": "records the lag of a group without members grew by since the "
                                "previous snapshot",
     "rebalances_per_hour": "rebalances of the group in the last hour",
     "collector_stale": "snapshot intervals since the cluster's last complete snapshot",
-    "snapshot_incomplete": "incomplete snapshots in a row",
-    "quality_gate_failed": "quality suites whose latest check failed",
+    "snapshot_incomplete": "incomplete snapshots of the cluster in a row",
+    "quality_gate_failed": "data-quality suites whose latest check failed",
 }
+# The kinds whose subject is the cluster: their group is '' (a group override never matches).
+CLUSTER_CONDITIONS = frozenset({"collector_stale", "snapshot_incomplete",
+                                "quality_gate_failed"})
 
+BUILTIN_SOURCE = "built-in rules"
+_NAME = re.compile(r"^[a-z0-9_-]+$")
+_CONNECTION_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
+_MAX_DURATION_S = timedelta(days=3650).total_seconds()
+_DURATION_HINT = "(use 90s, 5m, 1h30m or seconds)"
 
 
 class RulesError(ValueError):
-    """A rules file that cannot be used; the message names the rule and the field."""
+    """A rules file that cannot be used; the one-line message names the file, the rule and the
+    field."""
+
+
+# --- value types -------------------------------------------------------------------------
 
 
 def parse_duration(raw: Any) -> timedelta:
-    """``90s``, ``5m``, ``1h30m``, ``2d``, or a number of seconds."""
+    """``90s``, ``5m``, ``1h30m``, ``4h``, ``2d``, or a number of seconds (``300``, ``1.5``)."""
     if isinstance(raw, timedelta):
-        return raw
-    if isinstance(raw, bool):
-        raise ValueError(f"not a duration: {raw!r}")
-    if isinstance(raw, int | float):
+        seconds = raw.total_seconds()
+    elif isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ValueError(f"not a duration: {raw!r} {_DURATION_HINT}")
+    elif isinstance(raw, int | float):
         seconds = float(raw)
     else:
-        match = _DURATION.match(str(raw).strip().replace(" ", "")) if str(raw).strip() else None
-        if match is None or not any(match.groups()):
-            raise ValueError(f"not a duration: {raw!r} (use 90s, 5m, 1h30m or a number of "
-                             "seconds)")
-        d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
-        seconds = d * 86400 + h * 3600 + m * 60 + s
-    if seconds < 0:
-        raise ValueError(f"a duration cannot be negative: {raw!r}")
+        text = raw.strip()
+        match = _DURATION.match(text) if text else None
+        if _SECONDS.match(text):
+            seconds = float(text)
+        elif match is not None and any(match.groups()):
+            d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            seconds = d * 86400 + h * 3600 + m * 60 + s
+        else:
+            raise ValueError(f"not a duration: {raw!r} {_DURATION_HINT}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"not a duration: {raw!r} (a duration is 0 or more)")
+    if seconds > _MAX_DURATION_S:
+        raise ValueError(f"duration {raw!r} is above 10 years")
     return timedelta(seconds=seconds)
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
-Threshold = StrictInt | StrictFloat
+def _threshold(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ValueError(f"must be a number, not {raw!r}")
+    if not math.isfinite(raw):
+        raise ValueError(f"must be a finite number, not {raw!r}")
+    return float(raw)
 
 
 def _regex(raw: Any) -> re.Pattern[str] | None:
     if raw is None:
         return None
+    if isinstance(raw, re.Pattern):
+        return raw
     if not isinstance(raw, str):
-        raise ValueError(f"a regex must be a string, not {raw!r}")
+        raise ValueError(f"a regex is a string, not {raw!r}")
     try:
         return re.compile(raw)
     except re.error as exc:
         raise ValueError(f"bad regex {raw!r}: {exc}") from None
 
 
-Regex = Annotated[re.Pattern[str] | None, BeforeValidator(_regex)]
+Duration = Annotated[timedelta, PlainValidator(parse_duration)]
+Threshold = Annotated[float, PlainValidator(_threshold)]
+Regex = Annotated[re.Pattern[str] | None, PlainValidator(_regex)]
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(f"a {what} name is lower-case letters, digits, '_' and '-', "
+                         f"not {value!r}")
+    return value
 
 
 class _Strict(BaseModel):
@@ -100,8 +141,12 @@ class _Strict(BaseModel):
                               arbitrary_types_allowed=True)
 
 
+# --- rules -------------------------------------------------------------------------------
+
+
 class Override(_Strict):
-    """Applies to the subjects whose cluster and group fully match (None: any)."""
+    """Changes a rule for the subjects whose cluster and group fully match its regexes (None:
+    any). Fields left out keep the rule's value; ``labels`` are merged into the rule's."""
 
     cluster: Regex = None
     group: Regex = None
@@ -119,10 +164,10 @@ class Override(_Strict):
 
 @dataclass(frozen=True)
 class EffectiveRule:
-    """A rule as it applies to one subject, overrides applied."""
+    """A rule as it applies to one subject, its matching overrides applied."""
 
     name: str
-    severity: str
+    severity: Severity
     condition: str
     threshold: float
     for_: timedelta
@@ -145,48 +190,77 @@ class Rule(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"a rule name is letters, digits, '_', '-' and '.', not {value!r}")
-        return value
+        return _check_name(value, "rule")
 
     @field_validator("condition")
     @classmethod
     def _condition(cls, value: str) -> str:
         if value not in CONDITIONS:
-            raise ValueError(f"unknown condition {value!r}; one of: {', '.join(CONDITIONS)}")
+            raise ValueError(f"unknown condition {value!r} (one of: {', '.join(CONDITIONS)})")
         return value
 
     def effective(self, cluster: str, group: str) -> EffectiveRule:
-        """Overrides that match, in file order; a later one wins field by field."""
-        values: dict[str, Any] = {
-            "threshold": float(self.threshold), "for_": self.for_, "severity": self.severity,
-            "runbook": self.runbook, "enabled": self.enabled}
+        """The rule for one subject (``group`` is '' for the cluster-level conditions): the
+        overrides whose regexes fully match, in file order, a later one winning field by
+        field; labels merged."""
+        severity: Severity = self.severity
+        threshold, for_, runbook, enabled = self.threshold, self.for_, self.runbook, self.enabled
         labels = dict(self.labels)
         for override in self.overrides:
             if not override.matches(cluster, group):
                 continue
-            for key in values:
-                value = getattr(override, key)
-                if value is not None:
-                    values[key] = float(value) if key == "threshold" else value
+            severity = override.severity if override.severity is not None else severity
+            threshold = override.threshold if override.threshold is not None else threshold
+            for_ = override.for_ if override.for_ is not None else for_
+            runbook = override.runbook if override.runbook is not None else runbook
+            enabled = override.enabled if override.enabled is not None else enabled
             labels.update(override.labels)
-        return EffectiveRule(self.name, values["severity"], self.condition,
-                             values["threshold"], values["for_"], labels, values["runbook"],
-                             values["enabled"])
+        return EffectiveRule(self.name, severity, self.condition, threshold, for_, labels,
+                             runbook, enabled)
+
+
+# --- channels and routes -----------------------------------------------------------------
 
 
 class Channel(_Strict):
+    """Where notifications go, through an Airflow connection: ``webhook`` (any connection
+    type, the URL in its password or host), ``slack`` (type ``slackwebhook``), ``email`` (type
+    ``smtp``; recipients in ``to``, else the connection's extra ``to``)."""
+
     name: str
     kind: Literal["webhook", "slack", "email"]
     connection: str  # an Airflow connection id
     to: list[str] = Field(default_factory=list)
     from_email: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_name(value, "channel")
+
+    @field_validator("connection")
+    @classmethod
+    def _connection(cls, value: str) -> str:
+        # Not quoted back: a pasted webhook URL is a secret.
+        if not _CONNECTION_ID.match(value):
+            raise ValueError("must be an Airflow connection id (letters, digits, '_', '-', "
+                             "'.'); put a URL or a password in the connection, not here")
+        return value
+
+    @field_validator("to", "from_email")
+    @classmethod
+    def _email_only(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind")
+        if value and kind is not None and kind != "email":
+            raise ValueError(f"only an email channel has it, not a {kind} channel")
+        return value
+
 
 class Route(_Strict):
-    """Sends what matches to ``channels``; ``continue: false`` stops at the first match."""
+    """Sends the notifications that match (severity in ``severities``, empty: any; every
+    label in ``labels`` equal) to ``channels``; ``continue: false`` stops at this route."""
 
-    channels: list[str]
+    channels: list[str] = Field(min_length=1)
     severities: list[Severity] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     continue_: bool = Field(default=True, alias="continue")
@@ -194,16 +268,6 @@ class Route(_Strict):
     def matches(self, severity: str, labels: Mapping[str, str]) -> bool:
         return ((not self.severities or severity in self.severities)
                 and all(labels.get(k) == v for k, v in self.labels.items()))
-
-
-class _File(_Strict):
-    """A rules file as written: every part optional."""
-
-    rules: list[Rule] = Field(default_factory=list)
-    channels: list[Channel] | None = None
-    routes: list[Route] | None = None
-    repeat_interval: Duration | None = None
-    keep_firing_for: Duration | None = None
 
 
 class RuleSet(_Strict):
@@ -217,20 +281,29 @@ class RuleSet(_Strict):
     def _consistent(self) -> RuleSet:
         for kind, names in (("rule", [r.name for r in self.rules]),
                             ("channel", [c.name for c in self.channels])):
-            duplicates = sorted({n for n in names if names.count(n) > 1})
-            if duplicates:
-                raise ValueError(f"{kind} names must be unique: {', '.join(duplicates)}")
-        known = {c.name for c in self.channels}
-        for index, route in enumerate(self.routes):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{kind} {twice[0]!r}: field 'name': given to "
+                                 f"{names.count(twice[0])} {kind}s; {kind} names are unique")
+        known = [c.name for c in self.channels]
+        for index, route in enumerate(self.routes, start=1):
             unknown = [c for c in route.channels if c not in known]
             if unknown:
-                raise ValueError(f"route {index + 1} names unknown channel(s) "
-                                 f"{', '.join(unknown)} (channels: {', '.join(sorted(known))})")
+                raise ValueError(f"route {index}: field 'channels': no channel {unknown[0]!r} "
+                                 f"(channels: {', '.join(known) or 'none'})")
         return self
 
+    def rule(self, name: str) -> Rule:
+        """The rule of that name (KeyError if none)."""
+        for rule in self.rules:
+            if rule.name == name:
+                return rule
+        raise KeyError(name)
+
     def channels_for(self, severity: str, labels: Mapping[str, str]) -> list[Channel]:
-        """The routed channels: every matching route's (until one that does not continue);
-        no route matches, or there are none: every channel."""
+        """The channels of every matching route, in route order, up to and including the first
+        matching route with ``continue: false``; when no route matches (or there are none):
+        every channel."""
         names: list[str] = []
         for route in self.routes:
             if route.matches(severity, labels):
@@ -243,92 +316,156 @@ class RuleSet(_Strict):
         return [by_name[n] for n in names]
 
 
-def _parse(text: str, source: str) -> _File:
+# --- loading -----------------------------------------------------------------------------
+
+
+# yaml.safe_load keeps the last of two equal keys; a rules file with `threshold` twice is a
+# mistake to report, not to guess. (A SafeLoader subclass built with type(): PyYAML has no
+# type hints.)
+_UniqueKeyLoader: Any = type("_UniqueKeyLoader", (yaml.SafeLoader,), {})
+
+
+def _construct_mapping(loader: Any, node: Any) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # construct_mapping reports the unhashable key
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
+        seen.add(key)
+    return dict(loader.construct_mapping(node))
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _construct_mapping)
+
+
+def _document(text: str, source: str) -> dict[str, Any]:
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise RulesError(f"{source}: not valid YAML{where}: "
-                         f"{getattr(exc, 'problem', None) or exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RulesError(f"{source}: not valid YAML{where}: {problem}") from None
     if document is None:
-        document = {}
+        return {}
     if not isinstance(document, dict):
-        raise RulesError(f"{source}: must be a mapping (rules:, channels:, routes:, ...), "
-                         f"not {type(document).__name__}")
-    try:
-        return _File.model_validate(document)
-    except ValidationError as exc:
-        raise RulesError(f"{source}: {_describe(exc, document)}") from None
+        raise RulesError(f"{source}: must be a mapping of rules:, channels:, routes:, "
+                         f"repeat_interval:, keep_firing_for:, not a {type(document).__name__}")
+    for key in ("rules", "channels", "routes"):
+        if document.get(key) is not None and not isinstance(document[key], list):
+            raise RulesError(f"{source}: field {key!r}: must be a list (items starting with "
+                             f"'- '), not a {type(document[key]).__name__}")
+    return document
 
 
-def _describe(exc: ValidationError, document: Mapping[str, Any]) -> str:
-    """The first error, as: rule 'x': field 'y': what is wrong."""
-    error = exc.errors()[0]
-    loc = list(error["loc"])
-    where: list[str] = []
-    if len(loc) >= 2 and loc[0] in ("rules", "channels") and isinstance(loc[1], int):
-        items = document.get(str(loc[0])) or []
-        item = items[loc[1]] if loc[1] < len(items) else None
-        name = item.get("name") if isinstance(item, dict) else None
-        kind = "rule" if loc[0] == "rules" else "channel"
-        where.append(f"{kind} {name!r}" if name else f"{kind} {loc[1] + 1}")
-        loc = loc[2:]
-    elif len(loc) >= 2 and loc[0] == "routes" and isinstance(loc[1], int):
-        where.append(f"route {loc[1] + 1}")
-        loc = loc[2:]
-    if len(loc) >= 2 and loc[0] == "overrides" and isinstance(loc[1], int):
-        where.append(f"override {loc[1] + 1}")
-        loc = loc[2:]
-    # Union members (int | float) and validator names add parts that are not fields.
-    fields = [str(p) for p in loc if isinstance(p, str) and not p.startswith(("function-",))
-              and p not in ("int", "float", "is-instance[Pattern]")]
-    if fields:
-        where.append(f"field {fields[0]!r}")
-    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    if error.get("type") == "extra_forbidden":
-        message = "unknown field"
-    elif error.get("type", "").startswith(("int_", "float_")) and "threshold" in fields:
-        message = f"must be a number, not {error.get('input')!r}"
-    return ": ".join([*where, message])
+@cache
+def _builtin_text() -> str:
+    return (resources.files("groupscope.serve") / "default_rules.yaml").read_text("utf-8")
 
 
 def builtin_rules() -> RuleSet:
-    text = (resources.files("groupscope.serve") / "default_rules.yaml").read_text("utf-8")
-    parsed = _parse(text, "built-in rules")
-    return RuleSet(rules=parsed.rules, channels=parsed.channels or [],
-                   routes=parsed.routes or [],
-                   repeat_interval=parsed.repeat_interval or timedelta(hours=4),
-                   keep_firing_for=parsed.keep_firing_for or timedelta(minutes=2))
+    """The built-in rules, channels and intervals (``default_rules.yaml``)."""
+    document = _document(_builtin_text(), BUILTIN_SOURCE)
+    return _validate(document, BUILTIN_SOURCE, list(range(len(document.get("rules") or []))))
 
 
 def load_rules(path: Path | None) -> RuleSet:
-    """The built-in rules, then ``path``'s on top (a rule of a built-in's name replaces it;
-    the file's channels, routes and intervals replace the built-in ones when given)."""
-    base = builtin_rules()
+    """The built-in rules, then ``path``'s on top. A file rule named like a built-in replaces
+    it (the fields it leaves out keep the built-in's values); other file rules are added after
+    the built-ins. ``channels``, ``routes``, ``repeat_interval`` and ``keep_firing_for``, when
+    the file gives them, replace the built-in ones. An empty file: the built-ins alone."""
+    base = _document(_builtin_text(), BUILTIN_SOURCE)
     if path is None:
-        return base
+        return builtin_rules()
     source = f"rules file {path}"
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RulesError(f"{source}: cannot be read: {exc.strerror or exc}") from None
-    parsed = _parse(text, source)
-    names = [r.name for r in parsed.rules]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise RulesError(f"{source}: rule names must be unique: {', '.join(duplicates)}")
-    mine = {r.name: r for r in parsed.rules}
-    rules = [mine.pop(r.name, r) for r in base.rules] + list(mine.values())
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise RulesError(f"{source}: cannot be read: {reason}") from None
+    mine = _document(text, source)
+
+    file_rules: list[Any] = list(mine.get("rules") or [])
+    names = [r.get("name") for r in file_rules if isinstance(r, dict)]
+    twice = [n for n in names if isinstance(n, str) and names.count(n) > 1]
+    if twice:
+        raise RulesError(f"{source}: rule {twice[0]!r}: field 'name': given to "
+                         f"{names.count(twice[0])} rules; rule names are unique")
+    by_name = {r["name"]: (i, r) for i, r in enumerate(file_rules)
+               if isinstance(r, dict) and isinstance(r.get("name"), str)}
+    rules: list[Any] = []
+    origin: list[int | None] = []  # the index of each merged rule in the file, if from it
+    for builtin in base.get("rules") or []:
+        index, rule = by_name.pop(builtin["name"], (None, None))
+        rules.append(builtin if rule is None else {**builtin, **rule})
+        origin.append(index)
+    taken = {index for index in origin if index is not None}
+    for index, rule in enumerate(file_rules):
+        if index not in taken:
+            rules.append(rule)
+            origin.append(index)
+
+    merged: dict[str, Any] = {**mine, "rules": rules}
+    for key in ("channels", "routes", "repeat_interval", "keep_firing_for"):
+        if mine.get(key) is None:
+            merged.pop(key, None)
+            if key in base:
+                merged[key] = base[key]
+    return _validate(merged, source, origin)
+
+
+def _validate(document: Mapping[str, Any], source: str,
+              origin: Sequence[int | None]) -> RuleSet:
     try:
-        return RuleSet(
-            rules=rules,
-            channels=parsed.channels if parsed.channels is not None else base.channels,
-            routes=parsed.routes if parsed.routes is not None else base.routes,
-            repeat_interval=(parsed.repeat_interval if parsed.repeat_interval is not None
-                             else base.repeat_interval),
-            keep_firing_for=(parsed.keep_firing_for if parsed.keep_firing_for is not None
-                             else base.keep_firing_for))
+        return RuleSet.model_validate(document)
     except ValidationError as exc:
-        message = str(exc.errors()[0].get("msg", "invalid")).removeprefix("Value error, ")
-        raise RulesError(f"{source}: {message}") from None
+        errors = exc.errors(include_url=False)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise RulesError(f"{source}: {_describe(errors[0], document, origin)}{more}") from None
+
+
+_ITEMS: Mapping[str, tuple[str, type[BaseModel]]] = {
+    "rules": ("rule", Rule), "channels": ("channel", Channel), "routes": ("route", Route),
+    "overrides": ("override", Override)}
+
+
+def _describe(error: Any, document: Mapping[str, Any], origin: Sequence[int | None]) -> str:
+    """One pydantic error as ``rule 'x': override 2: field 'y': what is wrong`` (items counted
+    from 1, as in the file)."""
+    loc: list[Any] = list(error["loc"])
+    where: list[str] = []
+    model: type[BaseModel] = RuleSet
+    container: Any = document
+    while len(loc) >= 2 and loc[0] in _ITEMS and isinstance(loc[1], int):
+        kind, model = _ITEMS[loc[0]]
+        items = container.get(loc[0]) if isinstance(container, Mapping) else None
+        item = items[loc[1]] if isinstance(items, list) and loc[1] < len(items) else None
+        name = item.get("name") if isinstance(item, dict) else None
+        if isinstance(name, str) and kind in ("rule", "channel"):
+            where.append(f"{kind} {name!r}")
+        elif kind == "rule" and container is document:
+            # A rule without a usable name comes from the file: its place there.
+            number = origin[loc[1]] if loc[1] < len(origin) else None
+            where.append(f"rule {(loc[1] if number is None else number) + 1}")
+        else:
+            where.append(f"{kind} {loc[1] + 1}")
+        container, loc = item, loc[2:]
+    fields = [str(part) for part in loc]
+    if fields:
+        where.append(f"field {'.'.join(fields)!r}")
+    kind_of_error = error.get("type", "")
+    if kind_of_error == "extra_forbidden":
+        allowed = [f.alias or n for n, f in model.model_fields.items()]
+        message = f"unknown field (allowed: {', '.join(allowed)})"
+    elif kind_of_error == "missing":
+        message = "missing (required)"
+    else:
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return ": ".join([*where, message])
