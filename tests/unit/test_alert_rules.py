@@ -394,3 +394,18 @@ def test_a_ruleset_is_a_model_the_lead_can_build_in_code() -> None:
     assert rules.repeat_interval == timedelta(hours=4)
     with pytest.raises(KeyError):
         rules.rule("lag_seconds_high")
+
+
+def test_the_full_example_of_the_docs_loads(tmp_path: Path) -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
+    example = docs.split("## A full example", 1)[1].split("```yaml\n", 1)[1].split("```")[0]
+    rules = load_rules(write(tmp_path, example))
+    assert len(rules.rules) == len(BUILTINS) + 1
+    lag = rules.rule("lag_records_high").effective("prod", "payments-eu")
+    assert (lag.threshold, lag.for_, lag.labels) == (1000, timedelta(minutes=2),
+                                                     {"team": "payments"})
+    mine = rules.rule("payments_lag_seconds")
+    assert mine.effective("prod", "payments-eu").enabled
+    assert not mine.effective("prod", "orders").enabled
+    routed = rules.channels_for("critical", {"team": "payments"})
+    assert [c.name for c in routed] == ["pager", "ops-mail", "payments-slack"]
