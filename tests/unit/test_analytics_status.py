@@ -1,9 +1,11 @@
 """Consumer status rules: a numbered table of cases, each a partition's observations (seconds,
-committed offset, high watermark, members) and the status and rule expected at the last one,
-with the reason the answer is right."""
+committed offset, high watermark, members) and the status and rule expected at the last one
+(or at every one, for the false alarms that must never fire), with the reason the answer is
+right."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +15,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
+    BooleanType,
     IntegerType,
     LongType,
     StringType,
@@ -25,7 +28,10 @@ from groupscope.analyze.status import StatusSettings, group_status, partition_st
 from groupscope.contract.status import RULES
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
-Obs = tuple[int, int, int, int]  # seconds, committed, high watermark, members
+# seconds, committed, high watermark, members (-1: the describe failed, so the row says 0
+# members, state from the listing, described false)
+Obs = tuple[float, int, int, int]
+UNDESCRIBED = -1
 
 
 def minutes(*points: tuple[int, int, int]) -> list[Obs]:
@@ -40,6 +46,50 @@ def bursts(until_minute: int) -> list[Obs]:
             for m in range(until_minute + 1)]
 
 
+JITTER = (0, 2, -1, 3, -2, 1, -3, 2)  # seconds a snapshot is late (or early) against its grid
+
+
+def grid(until_s: int, step: int = 30, jitter: Sequence[int] = JITTER) -> list[float]:
+    """Snapshot times every ``step`` seconds up to ``until_s``, each off its grid by a jitter."""
+    return [float(step * i + (jitter[i % len(jitter)] if i else 0))
+            for i in range(until_s // step + 1)]
+
+
+def sampled(snapshots: Sequence[float], commits: Sequence[float],
+            hw: Callable[[float], int] = lambda t: 10 * int(t) + 1000,
+            members: Callable[[float], int] = lambda t: 1, marker: int = 0) -> list[Obs]:
+    """What the snapshots see of a consumer that commits at ``commits`` (each commit covers
+    everything produced until then, less ``marker`` records: the transaction marker a
+    consumer never commits past), the log end at ``hw(t)``, ``members(t)`` members."""
+    observed = []
+    for t in snapshots:
+        last = max(c for c in commits if c <= t)
+        observed.append((t, hw(last) - marker, hw(t), members(t)))
+    return observed
+
+
+def every(seconds: float, until: float, start: float = -1.0) -> list[float]:
+    """Commit times every ``seconds`` from ``start`` (one commit before the first snapshot)."""
+    return [start + seconds * k for k in range(int((until - start) // seconds) + 1)]
+
+
+def idle_after(stop_s: int) -> Callable[[float], int]:
+    """A log that grows 10 records/s until ``stop_s``, then no more (an idle topic)."""
+    return lambda t: 10 * int(min(t, stop_s)) + 1000
+
+
+def member_until(gone_s: float) -> Callable[[float], int]:
+    return lambda t: 1 if t < gone_s else 0
+
+
+# A 60 s timer committer (commits at 30, 90, 150...) against snapshots 30 s apart with a few
+# seconds of jitter: the commit at 30 s is seen at 62 s, the one at 90 s at 90 s (a pause of
+# 28 s as seen), the one at 150 s missed by the snapshot at 148 s. Judged by the pause as seen
+# (2 x 28 s) it would be STALL at 148 s; as it can have been (62 s from 27 s: 63 s), it is not.
+TIMER_SNAPSHOTS = [0.0, 27, 62, 90, 120, 148, 183, 212, 241, 268, 302, 331, 359, 390, 419, 447,
+                   483, 512, 541, 572, 602]
+KILLED_AT = 302.0  # killed after its commit at 299 s; the session times out 45 s later
+
 CASES: list[tuple[int, str, list[Obs], str, str]] = [
     (1, "committing and keeping up: nothing to say",
      minutes(*[(100 * i, 100 * i + 5, 1) for i in range(10)]), "OK", "consuming"),
@@ -49,7 +99,8 @@ CASES: list[tuple[int, str, list[Obs], str, str]] = [
      minutes(*[(499, 500, 1) for _ in range(30)]), "OK", "no_lag"),
     (4, "a single observation: no trend can be judged",
      [(0, 10, 500, 1)], "OK", "too_little_history"),
-    (5, "behind, offset frozen for 10 minutes, no members: the consumer is gone",
+    (5, "behind, offset frozen for 10 minutes, no members ever: the consumer is gone (the "
+        "300 s floor: no rhythm known)",
      minutes(*[(100, 200 + 10 * i, 0) for i in range(11)]), "STOP", "stopped"),
     (6, "behind, offset frozen for 10 minutes, members present: stuck, not gone",
      minutes(*[(100, 200 + 10 * i, 2) for i in range(11)]), "STALL", "stalled"),
@@ -58,16 +109,84 @@ CASES: list[tuple[int, str, list[Obs], str, str]] = [
     (8, "the committed offset moved back (a reset to earliest)",
      minutes((900, 1000, 1), (950, 1000, 1), (10, 1000, 1)), "REWIND", "rewind"),
     (9, "bursts: commits every 20 minutes, now 25 minutes into a pause; its own rhythm says "
-        "wait (threshold 2 x 20 min)", bursts(65), "OK", "consuming"),
-    (10, "bursts, but now silent for 50 minutes: beyond twice its longest pause",
-     bursts(90), "STOP", "stopped"),
+        "wait (threshold 2 x 21 min)", bursts(65), "OK", "consuming"),
+    (10, "bursts, but now silent for 50 minutes: beyond its rhythm (and, with only one advance "
+         "left in the last hour, beyond the 300 s floor)", bursts(90), "STOP", "stopped"),
     (11, "frozen for only 4 minutes (below the 5 minute floor): not yet STOP",
      minutes(*[(100, 200 + 10 * i, 0) for i in range(5)]), "OK", "consuming"),
     (12, "lag grew but the offset also fell back first: REWIND is the news",
      minutes((500, 600, 1), (200, 700, 1), (300, 800, 1)), "REWIND", "rewind"),
     (13, "lag grows but only two observations: a trend needs three",
      minutes((100, 150, 1), (150, 300, 1)), "OK", "consuming"),
+    (14, "auto-commit every 5 s, snapshots every 30 s with jitter, for 10 minutes: every "
+         "snapshot sees an advance; never alarms",
+     sampled(grid(600), every(5, 600)), "OK", "consuming"),
+    (15, "an idle topic: the producer stopped at 5 min, the consumer caught up; 10 minutes "
+         "with nothing to commit, far beyond its rhythm (120 s): never alarms",
+     sampled(grid(900), every(5, 900), hw=idle_after(300)), "OK", "no_lag"),
+    (16, "a transactional producer, then idle: the lag of 1 its last marker leaves stays for "
+         "10 minutes, the offset frozen: never alarms",
+     sampled(grid(900), every(5, 900), hw=idle_after(300), marker=1), "OK", "no_lag"),
+    (17, "a single commit: a consumer that started 5 min behind commits once (at 20 s), then "
+         "nothing for 4 min 30 s, lag growing, a member present: one advance is no rhythm, the "
+         "300 s floor applies; never alarms",
+     sampled(grid(300, jitter=(0,)), [-300, 20]), "OK", "consuming"),
+    (18, "rhythm unknown: the offset never moved in 5 min 30 s, a member present, lag "
+         "growing: STALL at the 300 s floor",
+     sampled(grid(330, jitter=(0,)), [-1]), "STALL", "stalled"),
+    (19, "a bursty committer (every 90 s), snapshots every 30 s with jitter, 10 minutes: the "
+         "first pause against the 300 s floor, the next ones against 2 x its pauses; never "
+         "alarms", sampled(grid(600), every(90, 600, start=-89.5)), "OK", "consuming"),
+    (20, "a 60 s timer committer in phase with the snapshots (TIMER_SNAPSHOTS): a pause seen "
+         "as 28 s was up to 63 s long; never alarms",
+     sampled(TIMER_SNAPSHOTS, every(60, 600, start=-30)), "OK", "consuming"),
+    (21, "a commit-only group (assign(), as Flink or Spark commit): always Empty, committing "
+         "every 60 s; it never had members, so Empty is no news; never alarms",
+     sampled(grid(600), every(60, 600, start=-50), members=lambda t: 0), "OK", "consuming"),
+    (22, "kill -9 of the only member of a group committing every 5 s: it stays a member until "
+         "the session timeout (45 s), then the group is Empty while the lag grows: STOP at the "
+         "first Empty snapshot",
+     sampled(grid(360, jitter=(0,)), every(5, KILLED_AT), members=member_until(KILLED_AT + 45)),
+     "STOP", "group_empty"),
+    (23, "the same member 28 s after the kill, still in the group: 30 s without an advance, "
+         "below its threshold (2 x 60 s): OK",
+     sampled(grid(330), every(5, KILLED_AT), members=member_until(KILLED_AT + 45)),
+     "OK", "consuming"),
+    (24, "a hung member (its heartbeats go on, nothing is committed): 120 s without an advance "
+         "= 2 x its longest pause of 60 s: STALL",
+     sampled(grid(420, jitter=(0,)), every(5, KILLED_AT)), "STALL", "stalled"),
+    (25, "a graceful shutdown: the member commits on its way out and leaves; the group is "
+         "Empty and the lag grew since that last commit: STOP",
+     sampled(grid(360, jitter=(0,)), [*every(5, 300), 310], members=member_until(310)),
+     "STOP", "group_empty"),
+    (26, "the describe failed (0 members on the row, but unknown: described false): the group "
+         "is not known to be Empty, so no STOP",
+     sampled(grid(330), every(5, 300), members=lambda t: UNDESCRIBED if t >= 330 else 1),
+     "OK", "consuming"),
+    (27, "the group is Empty but the producer stopped with its last commit: the lag of 50 it "
+         "left does not grow, so it waits for the threshold (2 x 60 s) like any other pause",
+     sampled(grid(390, jitter=(0,)), every(5, 300), hw=idle_after(299),
+             members=member_until(330), marker=50), "OK", "consuming"),
 ]
+
+# The cases whose every observation must be OK: a false alarm fires at any snapshot.
+NEVER_ALARM = {14, 15, 16, 17, 19, 20, 21}
+
+# What the reason of the last observation says (the threshold and why).
+REASONS = {
+    5: "unchanged for 600 s (threshold 300 s: commit rhythm not known yet",
+    10: "(threshold 300 s: commit rhythm not known yet, fewer than 2 advances in the last "
+        "3600 s), 0 member(s)",
+    9: "unchanged for 1440 s (threshold 2520 s = 2 x longest pause 1260 s)",
+    18: "lag 3310, committed offset unchanged for 330 s (threshold 300 s: commit rhythm not "
+        "known yet",
+    22: "group has no members (state Empty) and lag grew from 310 to 610 since its last member "
+        "was seen 30 s ago",
+    24: "lag 1210, committed offset unchanged for 120 s (threshold 120 s = 2 x longest pause "
+        "60 s), 1 member(s)",
+    25: "group has no members (state Empty) and lag grew from 200 to 500 since its last commit "
+        "30 s ago",
+}
 
 SCHEMA = StructType([
     StructField("cluster", StringType(), False), StructField("snapshot_ts", TimestampType()),
@@ -77,35 +196,87 @@ SCHEMA = StructType([
 ])
 GROUPS = StructType([
     StructField("cluster", StringType(), False), StructField("snapshot_ts", TimestampType()),
-    StructField("group_id", StringType()), StructField("member_count", IntegerType()),
+    StructField("group_id", StringType()), StructField("state", StringType()),
+    StructField("member_count", IntegerType()), StructField("described", BooleanType()),
 ])
 
 
-def _evaluate(spark: SparkSession, settings: StatusSettings | None = None) -> dict[int, Any]:
+def _group_row(ts: datetime, group: str, members: int) -> tuple[Any, ...]:
+    if members == UNDESCRIBED:
+        return ("c", ts, group, "Stable", 0, False)
+    return ("c", ts, group, "Stable" if members else "Empty", members, True)
+
+
+def _statuses(spark: SparkSession, cases: dict[str, list[Obs]],
+              settings: StatusSettings | None = None) -> list[Any]:
     lag_rows, group_rows = [], []
-    for number, _, observations, _, _ in CASES:
+    for group, observations in cases.items():
         for seconds, committed, hw, members in observations:
             ts = T0 + timedelta(seconds=seconds)
-            lag_rows.append(("c", ts, f"case-{number}", "t", 0, committed, hw, hw - committed))
-            group_rows.append(("c", ts, f"case-{number}", members))
-    result = partition_status(spark.createDataFrame(lag_rows, SCHEMA),
-                              spark.createDataFrame(group_rows, GROUPS),
-                              settings or StatusSettings())
-    last: dict[int, Any] = {}
-    for row in result.collect():
-        number = int(row["group_id"].split("-")[1])
-        if number not in last or row["snapshot_ts"] > last[number]["snapshot_ts"]:
-            last[number] = row
-    return last
+            lag_rows.append(("c", ts, group, "t", 0, committed, hw, hw - committed))
+            group_rows.append(_group_row(ts, group, members))
+    return partition_status(spark.createDataFrame(lag_rows, SCHEMA),
+                            spark.createDataFrame(group_rows, GROUPS),
+                            settings or StatusSettings()).collect()
+
+
+def _evaluate(spark: SparkSession, settings: StatusSettings | None = None
+              ) -> tuple[dict[int, Any], dict[int, list[Any]]]:
+    """The last row of each case, and all its rows in time order."""
+    rows = _statuses(spark, {f"case-{n}": obs for n, _, obs, _, _ in CASES}, settings)
+    series: dict[int, list[Any]] = {}
+    for row in sorted(rows, key=lambda r: r["snapshot_ts"]):
+        series.setdefault(int(row["group_id"].split("-")[1]), []).append(row)
+    return {n: rows[-1] for n, rows in series.items()}, series
 
 
 def test_status_rules_table(spark: SparkSession) -> None:
-    last = _evaluate(spark)
+    last, series = _evaluate(spark)
     got = {n: (last[n]["status"], last[n]["rule"]) for n, *_ in CASES}
     want = {n: (status, rule) for n, _, _, status, rule in CASES}
     assert got == want
     assert {rule for *_, rule in CASES} == {name for name, _ in RULES}  # every rule exercised
-    assert "unchanged for 600 s" in last[5]["reason"]
+    alarms = {n: [(r["snapshot_ts"], r["status"], r["reason"]) for r in series[n]
+                  if r["status"] != "OK"] for n in NEVER_ALARM}
+    assert alarms == {n: [] for n in NEVER_ALARM}
+    assert {n: last[n]["reason"] for n in REASONS} == {
+        n: last[n]["reason"] if text in last[n]["reason"] else f"... {text} ..."
+        for n, text in REASONS.items()}
+
+
+def test_min_stop_s_raises_a_threshold_the_rhythm_sets_lower(spark: SparkSession) -> None:
+    """A hung member of a group committing every 5 s, 153 s after the last advance seen: STALL
+    against its rhythm (2 x 63 s), not yet with min_stop_s = 180."""
+    hung = {"hung": sampled(grid(450), every(5, KILLED_AT))}
+    default = max(_statuses(spark, hung), key=lambda r: r["snapshot_ts"])
+    assert (default["status"], default["rule"]) == ("STALL", "stalled")
+    assert "unchanged for 153 s (threshold 126 s = 2 x longest pause 63 s)" in default["reason"]
+    floor = max(_statuses(spark, hung, StatusSettings(min_stop_s=180)),
+                key=lambda r: r["snapshot_ts"])
+    assert (floor["status"], floor["rule"]) == ("OK", "consuming")
+    assert "(threshold 180 s = min_stop_s; 2 x longest pause 63 s is less)" in floor["reason"]
+
+
+def test_a_status_does_not_depend_on_the_rows_read_before_its_history(
+        spark: SparkSession) -> None:
+    """A job reads history_s (and a margin giving the oldest row its predecessor) before its
+    interval: what it computes for its interval must not change with more rows read before.
+    Bursts (pauses of 21 minutes) with 20 minutes of history: a pause straddling the start of
+    the history must not count, whether its start was read or not."""
+    settings = StatusSettings(history_s=1200)
+    observations = bursts(90)
+    full = {r["snapshot_ts"]: (r["status"], r["reason"])
+            for r in _statuses(spark, {"full": observations}, settings)}
+    seconds = dict(zip(sorted(full), sorted(o[0] for o in observations), strict=True))
+    cuts = {f"from-{minute}": [o for o in observations if o[0] >= 60 * minute]
+            for minute in range(0, 70, 3)}
+    compared = 0
+    for row in _statuses(spark, cuts, settings):
+        start = int(row["group_id"].split("-")[1]) * 60
+        if seconds[row["snapshot_ts"]] >= start + settings.history_s + 60:
+            assert (row["status"], row["reason"]) == full[row["snapshot_ts"]], row
+            compared += 1
+    assert compared > 100
 
 
 def test_group_status_rolls_up_the_worst_partition(spark: SparkSession) -> None:
@@ -114,7 +285,7 @@ def test_group_status_rolls_up_the_worst_partition(spark: SparkSession) -> None:
              for m in range(1, 12)]
     rows += [("c", T0 + timedelta(minutes=m), "g", "t", 0, 100 + m, 100 + m, 0)
              for m in range(1, 12)]
-    groups = [("c", T0 + timedelta(minutes=m), "g", 0) for m in range(12)]
+    groups = [_group_row(T0 + timedelta(minutes=m), "g", 0) for m in range(12)]
     partitions = partition_status(spark.createDataFrame(rows, SCHEMA),
                                   spark.createDataFrame(groups, GROUPS))
     latest = group_status(partitions).orderBy("snapshot_ts").collect()[-1]

@@ -1,27 +1,56 @@
 """Consumer status per partition and per group: OK / WARN / STALL / STOP / REWIND (partition)
-and OK / WARN / ERR (group), from Burrow's rules, evaluated at every snapshot over the
-partition's observations of the last ``window_s`` seconds (pure DataFrame functions).
+and OK / WARN / ERR (group), from Burrow's rules plus what only a coordinator-API monitor sees
+(the group's state and members), evaluated at every snapshot (pure DataFrame functions).
 
 The rules, first match wins (their names, order and statuses: ``groupscope.contract.status``;
 tests/unit/test_analytics_status.py has a numbered table of cases, each with its reason):
 
-1. ``rewind``   REWIND  the committed offset moved back inside the window.
+1. ``rewind``   REWIND  the committed offset moved back within the last ``window_s``.
 2. ``no_lag``   OK      lag <= ``lag_tolerance`` (1): a consumer at the end of its log is fine,
                         however long ago it committed. Fixes Burrow's false alarms on idle
                         topics and on the permanent lag of 1 a transaction marker leaves.
-3. ``too_little_history`` OK  fewer than 2 observations: no trend can be judged yet (Burrow
-                        alarms on a single commit).
-4. ``stopped``  STOP    behind, the committed offset has not moved for the stop threshold, and
-                        the group has no members: nobody is consuming.
-5. ``stalled``  STALL   the same, with members present: they are there but not progressing.
-6. ``falling_behind`` WARN  committing, but the lag grew at every observation of a full window.
-7. ``consuming`` OK     otherwise.
+3. ``too_little_history`` OK  fewer than 2 observations within ``window_s``: no trend can be
+                        judged yet (Burrow alarms on a single commit).
+4. ``group_empty`` STOP the group lost all its members (state Empty, or a described group with
+                        0 members, after members were seen within ``history_s``) and the lag
+                        grew since the last snapshot with members (or since the last advance of
+                        the committed offset, if later): STOP at the first snapshot that shows
+                        it, without waiting for a threshold. A group that never had members
+                        within ``history_s`` (a commit-only group: Flink, Spark, tools using
+                        assign()) is left to ``stopped``; a group whose describe failed (its
+                        member count unknown) is not Empty.
+5. ``stopped``  STOP    behind, the committed offset unchanged for the stop threshold, and the
+                        group has no members: nobody is consuming.
+6. ``stalled``  STALL   the same, with members present: they are there but not progressing.
+7. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
+                        (at least ``min_trend_points`` observations).
+8. ``consuming`` OK     otherwise.
 
-The stop threshold is ``max(stop_after_s, burst_factor x the longest earlier pause between two
-advances of the committed offset)``: a consumer that commits in bursts (manual commits, batch
-jobs) is judged against its own rhythm, not flagged in every pause (Burrow's burst false
-alarm). Group status (``groupscope.contract.status.group_status``): ERR if any partition is
-STOP or STALL, WARN if any is WARN or REWIND, else OK.
+The stop threshold follows the partition's own commit rhythm (Burrow's window of commits):
+
+- once the rhythm is known (at least 2 advances of the committed offset within ``history_s``
+  before this snapshot): ``max(min_stop_s, burst_factor x the longest pause between two of
+  those advances)``;
+- before that (never advanced, or advanced once): ``stop_after_s`` (300 s), so the first pause
+  of a consumer that commits in bursts, on a timer, or once is no alarm.
+
+A pause is measured as long as it can have been: from the snapshot before the one that saw
+the first advance to the snapshot that saw the second (snapshots only see commits to the
+nearest snapshot interval), while the time since the last advance is measured from the snapshot
+that saw it (as short as it can be). So a consumer committing on a timer never waits longer
+than one measured pause, whatever the phase of its timer against the snapshots (with the
+pauses as seen, a 60 s timer sampled every 30 s can be measured as 30 s once, then 90 s).
+With 30 s snapshots a consumer committing more often than that has a pause of 60 s and a
+threshold of 120 s: longer than a session timeout (45 s) and the rebalance that follows, so a
+member killed in a group of several is not flagged while the group recovers by itself. A
+group that lost its last member is ``group_empty`` at once.
+
+Every window is bounded in time (``window_s``, ``history_s``), never "all rows read": the
+status of a snapshot does not depend on the interval a job computed it in (the job reads
+``history_s`` more, and a margin that gives the oldest of those rows its predecessor).
+
+Group status (``groupscope.contract.status.group_status``): ERR if any partition is STOP or
+STALL, WARN if any is WARN or REWIND, else OK.
 """
 
 from __future__ import annotations
@@ -42,14 +71,16 @@ from groupscope.contract.status import (
 )
 
 KEYS = ["cluster", "group_id", "topic", "partition"]
+EMPTY_STATE = "Empty"  # the coordinator's state of a group without members (classic and consumer)
 
 
 @dataclass(frozen=True)
 class StatusSettings:
-    window_s: float = 600.0  # the observations a status is judged on (Burrow: 10 commits)
-    history_s: float = 3600.0  # how far back pauses and the last advance are looked for
+    window_s: float = 600.0  # the observations a trend is judged on (Burrow: 10 commits)
+    history_s: float = 3600.0  # how far back pauses, the last advance and members are looked for
     lag_tolerance: int = 1
-    stop_after_s: float = 300.0
+    stop_after_s: float = 300.0  # the stop threshold while the commit rhythm is not known
+    min_stop_s: float = 0.0  # the least stop threshold once it is (snapshots are the resolution)
     burst_factor: float = 2.0
     min_trend_points: int = 3
 
@@ -61,58 +92,99 @@ def _t(column: str) -> Column:
 def partition_status(lag: DataFrame, groups: DataFrame,
                      settings: StatusSettings = StatusSettings()) -> DataFrame:
     """``lag``: partition lag rows (cluster, snapshot_ts, group_id, topic, partition,
-    committed_offset, high_watermark, lag); ``groups``: consumer_groups rows (member_count).
-    One status per partition row with a committed offset."""
-    # Every window is bounded in time, never "all rows read": the status of a snapshot does
-    # not depend on the interval a job computed it in (the job reads history_s more).
+    committed_offset, high_watermark, lag); ``groups``: consumer_groups rows (state,
+    member_count, and ``described`` where present). One status per partition row with a
+    committed offset."""
     micros = 1_000_000
     history = Window.partitionBy(*KEYS).orderBy("_us")
     recent_before = history.rangeBetween(-int(settings.history_s * micros), -1)
     window = history.rangeBetween(-int(settings.window_s * micros), 0)
+    upto = history.rowsBetween(Window.unboundedPreceding, 0)
+    before = history.rowsBetween(Window.unboundedPreceding, -1)
 
+    group_columns = ["state", "member_count"]
+    if "described" in groups.columns:
+        group_columns.append("described")
     frame = (lag.where(F.col("committed_offset").isNotNull())
              # Small (one row per group and snapshot): broadcast, keeping the rows where they are.
              .join(F.broadcast(groups.select("cluster", "snapshot_ts", "group_id",
-                                             "member_count")),
+                                             *group_columns)),
                    ["cluster", "snapshot_ts", "group_id"], "left")
              .withColumn("_us", F.unix_micros("snapshot_ts"))
              .withColumn("_t", _t("snapshot_ts"))
+             .withColumn("_prev_t", F.lag("_t").over(history))
              .withColumn("_d_committed",
                          F.col("committed_offset") - F.lag("committed_offset").over(history))
              .withColumn("_d_lag", F.col("lag") - F.lag("lag").over(history)))
     advanced = F.col("_d_committed").isNotNull() & (F.col("_d_committed") != 0)
     horizon = F.col("_t") - F.lit(settings.history_s)
-    upto = history.rowsBetween(Window.unboundedPreceding, 0)
-    before = history.rowsBetween(Window.unboundedPreceding, -1)
-    # The last advance (and the one before) as running "last" values, kept only within the
-    # history horizon: incremental frames, unlike sliding maxima over an hour of rows.
-    last_advance = F.last("_advance_t", ignorenulls=True).over(upto)
-    previous_advance = F.last("_advance_t", ignorenulls=True).over(before)
-    frame = (frame.withColumn("_advance_t", F.when(advanced, F.col("_t")))
+    described = F.coalesce(F.col("described"), F.lit(False)) if "described" in groups.columns \
+        else F.lit(True)
+    members = F.coalesce(F.col("member_count"), F.lit(0))
+    # The last advance and the last snapshot with members, as running "last" values kept only
+    # within the history horizon (incremental frames); the advances of the last history_s
+    # before this snapshot as a list, so that a pause counts only when both its ends are in
+    # it (a pause ending in the window but starting before it may not have been read).
+    last_advance = F.last("_advance", ignorenulls=True).over(upto)
+    last_with_members = F.last("_with_members", ignorenulls=True).over(before)
+    frame = (frame
+             .withColumn("_advance", F.when(advanced, F.struct(
+                 F.col("_t").alias("t"), F.col("_prev_t").alias("from_t"),
+                 F.col("lag").alias("lag"))))
+             .withColumn("_with_members", F.when(F.col("member_count") > 0, F.struct(
+                 F.col("_t").alias("t"), F.col("lag").alias("lag"))))
+             .withColumn("_last_adv", F.when(last_advance["t"] >= horizon, last_advance))
+             .withColumn("_members_seen",
+                         F.when(last_with_members["t"] >= horizon, last_with_members))
              .withColumn("_last_advance", F.greatest(
-                 F.when(last_advance >= horizon, last_advance),
-                 F.greatest(F.min("_t").over(upto), horizon)))
-             .withColumn("_previous_advance",
-                         F.when(previous_advance >= horizon, previous_advance))
-             .withColumn("_pause", F.when(advanced, F.col("_t") - F.col("_previous_advance")))
-             .withColumn("_longest_pause", F.max("_pause").over(recent_before))
+                 F.col("_last_adv")["t"], F.greatest(F.min("_t").over(upto), horizon)))
+             # collect_list skips the nulls (no advance); sorted by time, the struct's first field.
+             .withColumn("_advances", F.array_sort(F.collect_list("_advance").over(recent_before)))
              .withColumn("_n", F.count("*").over(window))
              .withColumn("_rewound", F.min("_d_committed").over(window) < 0)
              .withColumn("_lag_first", F.first("lag").over(window))
              .withColumn("_committed_first", F.first("committed_offset").over(window))
              .withColumn("_lag_never_fell", F.min("_d_lag").over(window) >= 0))
+    # From the snapshot before the one that saw an advance to the one that saw the next
+    # (element_at counts from 1: element i is the advance before advance i).
+    pauses = F.transform("_advances", lambda a, i: F.when(
+        i > 0, a["t"] - F.element_at("_advances", i)["from_t"]))
+    frame = frame.withColumn("_longest_pause", F.array_max(pauses))
 
     since_advance = F.col("_t") - F.col("_last_advance")
-    threshold = F.greatest(F.lit(settings.stop_after_s),
-                           F.coalesce(F.col("_longest_pause"), F.lit(0.0))
-                           * F.lit(settings.burst_factor))
+    rhythm_known = F.col("_longest_pause").isNotNull()
+    from_rhythm = F.col("_longest_pause") * F.lit(settings.burst_factor)
+    threshold = F.when(rhythm_known, F.greatest(F.lit(settings.min_stop_s), from_rhythm)) \
+        .otherwise(F.lit(settings.stop_after_s))
+    factor = f"{settings.burst_factor:g}"
+    threshold_text = (
+        F.when(~rhythm_known, F.format_string(
+            f"threshold %.0f s: commit rhythm not known yet, fewer than 2 advances in the last "
+            f"{settings.history_s:.0f} s", threshold))
+        .when(from_rhythm >= F.lit(settings.min_stop_s), F.format_string(
+            f"threshold %.0f s = {factor} x longest pause %.0f s", threshold,
+            F.col("_longest_pause")))
+        .otherwise(F.format_string(
+            f"threshold %.0f s = min_stop_s; {factor} x longest pause %.0f s is less",
+            threshold, F.col("_longest_pause"))))
     behind = F.col("lag") > settings.lag_tolerance
     not_moving = since_advance >= threshold
-    members = F.coalesce(F.col("member_count"), F.lit(0))
+    empty = (F.coalesce(F.col("state"), F.lit("")) == EMPTY_STATE) \
+        | (described & (F.col("member_count") == 0))
+    # Since the last snapshot with members, or the last advance if it came later (a member
+    # that committed on its way out): the committed offset has not moved since either.
+    anchor_is_advance = F.coalesce(
+        F.col("_last_adv")["t"] > F.col("_members_seen")["t"], F.lit(False))
+    anchor_t = F.when(anchor_is_advance, F.col("_last_adv")["t"]) \
+        .otherwise(F.col("_members_seen")["t"])
+    anchor_lag = F.when(anchor_is_advance, F.col("_last_adv")["lag"]) \
+        .otherwise(F.col("_members_seen")["lag"])
     conditions: dict[Rule, Column] = {
         Rule.REWIND: F.coalesce(F.col("_rewound"), F.lit(False)),
         Rule.NO_LAG: ~F.coalesce(behind, F.lit(True)),
         Rule.TOO_LITTLE_HISTORY: F.col("_n") < 2,
+        Rule.GROUP_EMPTY: F.coalesce(empty & F.col("_members_seen").isNotNull()
+                                     & (F.col("lag") > anchor_lag), F.lit(False)),
         Rule.STOPPED: behind & not_moving & (members == 0),
         Rule.STALLED: behind & not_moving & (members > 0),
         Rule.FALLING_BEHIND: behind & (F.col("_n") >= settings.min_trend_points)
@@ -129,15 +201,25 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     reason = (
         F.when(applied == Rule.REWIND.value, F.format_string(
             "committed offset moved back in the last %d observations", F.col("_n")))
-        .when(applied == Rule.NO_LAG.value, F.format_string("lag %d", F.col("lag")))
-        .when(applied == Rule.TOO_LITTLE_HISTORY.value, F.lit("first observation"))
+        .when(applied == Rule.NO_LAG.value, F.format_string(
+            f"lag %d <= {settings.lag_tolerance}: caught up", F.col("lag")))
+        .when(applied == Rule.TOO_LITTLE_HISTORY.value, F.lit(
+            f"first observation in the last {settings.window_s:.0f} s"))
+        .when(applied == Rule.GROUP_EMPTY.value, F.format_string(
+            "group has no members (state %s) and lag grew from %d to %d since %s %.0f s ago",
+            F.coalesce(F.col("state"), F.lit("unknown")), anchor_lag, F.col("lag"),
+            F.when(anchor_is_advance, F.lit("its last commit"))
+            .otherwise(F.lit("its last member was seen")), F.col("_t") - anchor_t))
         .when(applied.isin(Rule.STOPPED.value, Rule.STALLED.value), F.format_string(
-            "lag %d, committed offset unchanged for %.0f s (threshold %.0f s), %d member(s)",
-            F.col("lag"), since_advance, threshold, members))
+            "lag %d, committed offset unchanged for %.0f s (%s), %d member(s)",
+            F.col("lag"), since_advance, threshold_text, members))
         .when(applied == Rule.FALLING_BEHIND.value, F.format_string(
             "lag grew from %d to %d over %d observations while committing",
             F.col("_lag_first"), F.col("lag"), F.col("_n")))
-        .otherwise(F.format_string("lag %d, committing", F.col("lag"))))
+        .when(since_advance <= 0, F.format_string(
+            "lag %d, committed offset moved at this snapshot", F.col("lag")))
+        .otherwise(F.format_string("lag %d, committed offset unchanged for %.0f s (%s)",
+                                   F.col("lag"), since_advance, threshold_text)))
     return (frame.withColumn("_rule", rule)
             .select("cluster", "snapshot_ts", "group_id", "topic", "partition",
                     status_of[F.col("_rule")].alias("status"), F.col("_rule").alias("rule"),

@@ -20,7 +20,8 @@ class PartitionStatus(StrEnum):
     OK = "OK"
     WARN = "WARN"  # lag growing while committing
     STALL = "STALL"  # members present, committed offset not moving, behind
-    STOP = "STOP"  # no members, committed offset not moving, behind
+    STOP = "STOP"  # no members: the group lost them while its lag grows, or the committed
+    # offset has not moved for the stop threshold while behind
     REWIND = "REWIND"  # committed offset moved back
 
 
@@ -39,6 +40,7 @@ class Rule(StrEnum):
     REWIND = "rewind"
     NO_LAG = "no_lag"
     TOO_LITTLE_HISTORY = "too_little_history"
+    GROUP_EMPTY = "group_empty"
     STOPPED = "stopped"
     STALLED = "stalled"
     FALLING_BEHIND = "falling_behind"
@@ -50,6 +52,7 @@ RULES: tuple[tuple[Rule, PartitionStatus], ...] = (
     (Rule.REWIND, PartitionStatus.REWIND),
     (Rule.NO_LAG, PartitionStatus.OK),
     (Rule.TOO_LITTLE_HISTORY, PartitionStatus.OK),
+    (Rule.GROUP_EMPTY, PartitionStatus.STOP),
     (Rule.STOPPED, PartitionStatus.STOP),
     (Rule.STALLED, PartitionStatus.STALL),
     (Rule.FALLING_BEHIND, PartitionStatus.WARN),
