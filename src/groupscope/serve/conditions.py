@@ -58,7 +58,10 @@ SELECT s.group_id, s.snapshot_ts, s.status,
        l.lag, l.max_lag, l.beyond_retention_partitions,
        coalesce(l.max_time_lag_exact_s, l.max_time_lag_estimated_s) AS time_lag_s,
        l.max_time_lag_exact_s IS NOT NULL AS time_lag_exact,
-       c.state, c.member_count, previous.lag AS previous_lag
+       c.state, c.member_count, previous.lag AS previous_lag,
+       (SELECT count(*) FROM mart.partition_status p
+        WHERE p.cluster = s.cluster AND p.snapshot_ts = s.snapshot_ts
+          AND p.group_id = s.group_id AND p.rule = 'group_empty') AS empty_partitions
 FROM mart.group_status s
 JOIN latest ON s.snapshot_ts = latest.ts
 LEFT JOIN mart.group_lag l
@@ -146,7 +149,9 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str],
         details = _group_details(row)
         growth = (row["lag"] - row["previous_lag"]
                   if row["lag"] is not None and row["previous_lag"] is not None else 0)
-        no_members = row["member_count"] == 0 or row["state"] == "Empty"
+        # The status rule decides "lost its members" (groupscope.analyze.status, rule
+        # group_empty): it knows the guards, e.g. a commit-only group is always Empty.
+        no_members = row["empty_partitions"] > 0
         values = {
             "group_status_err": row["stop_partitions"] + row["stall_partitions"],
             "partition_rewind": row["rewind_partitions"],
