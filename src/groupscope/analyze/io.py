@@ -26,28 +26,53 @@ class Interval:
             raise ValueError(f"empty interval {self.start} .. {self.end}")
 
 
-def session(app: str, master: str | None = None, cores: int = 2,
-            driver_memory: str | None = None) -> Any:
-    from pyspark.sql import SparkSession
+# Static confs: fixed when the JVM starts (spark-submit, a local session, the Connect server's
+# command line); a Spark Connect client cannot change them.
+STATIC_CONF = frozenset({"spark.ui.enabled", "spark.driver.memory"})
 
-    builder = SparkSession.builder.appName(app)
-    if master:
-        builder = builder.master(master)
-    if driver_memory:  # only takes effect when this call starts the JVM
-        builder = builder.config("spark.driver.memory", driver_memory)
-    return (
-        builder.config("spark.sql.session.timeZone", "UTC")
+
+def spark_conf(cores: int = 2) -> dict[str, str]:
+    """The confs every groupscope Spark application runs with: a local session, a
+    spark-submitted job and the Spark Connect server (``dev/groupscope_dev/spark_connect.py``,
+    the compose file) all take this one dict."""
+    return {
+        "spark.sql.session.timeZone": "UTC",
         # The landing zone holds one small file per snapshot and table: pack many into a task.
-        .config("spark.sql.files.openCostInBytes", str(256 * 1024))
+        "spark.sql.files.openCostInBytes": str(256 * 1024),
         # The lag job partitions its inputs once by log partition (cluster, topic,
         # partition); every later window and join is keyed by a superset of those columns.
         # Letting a join reuse that partitioning saves a shuffle of every row per join.
-        .config("spark.sql.requireAllClusterKeysForCoPartition", "false")
-        .config("spark.sql.shuffle.partitions", str(max(4, cores * 2)))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
-    )
+        "spark.sql.requireAllClusterKeysForCoPartition": "false",
+        "spark.sql.shuffle.partitions": str(max(4, cores * 2)),
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+
+
+def session(app: str, master: str | None = None, cores: int = 2,
+            driver_memory: str | None = None, remote: str | None = None) -> Any:
+    """A Spark session: in this process (``master``, e.g. ``local[2]``; none: spark-submit's),
+    or, with ``remote`` (``sc://host:port``), a session of a long-lived Spark Connect server:
+    no JVM starts here. The server was started with ``spark_conf()``; the session sets the
+    runtime ones again, so a server started otherwise computes the same.
+
+    A process is in one mode: pyspark's column functions follow the first kind of session
+    (they check ``SPARK_CONNECT_MODE_ENABLED``), so a process mixes no local and remote
+    sessions."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    conf = spark_conf(cores)
+    if remote:
+        builder = builder.remote(remote)
+        conf = {k: v for k, v in conf.items() if k not in STATIC_CONF}
+    elif master:
+        builder = builder.master(master)
+    if driver_memory and not remote:  # only takes effect when this call starts the JVM
+        conf["spark.driver.memory"] = driver_memory
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def hour_dirs(root: Path, table: str, cluster: str, start: datetime, end: datetime) -> list[str]:
