@@ -31,7 +31,8 @@ def parse_args(prog: str, argv: Sequence[str] | None = None) -> JobArgs:
     parser.add_argument("--end", required=True, help="interval end (exclusive)")
     parser.add_argument("--warehouse", help="PostgreSQL URL (default: env WAREHOUSE_URL)")
     parser.add_argument("--lookback-minutes", type=float, default=360.0,
-                        help="history read before the interval (rates, time lag, status)")
+                        help="history the rebalance job reads before the interval (the lag "
+                             "job reads what its windows need: analyze.jobs.lag_read_span)")
     args = parser.parse_args(argv)
     import os
 
@@ -59,6 +60,26 @@ def _table(spark: Any, job: JobArgs, table: str, start: datetime, end: datetime)
 
 READ_MARGIN = timedelta(minutes=10)
 
+# The windows of the lag and status marts: how far back a snapshot's values look. Named here
+# and never derived from how far a job reads, so every path that computes a snapshot (the
+# hourly lag job, a backfill, the live path of each new snapshot) gives it the same rows.
+TIME_LAG_HISTORY = timedelta(hours=1)  # the high-watermark history of the estimated time lag
+RATE_WINDOW = timedelta(minutes=5)  # production and consumption rates
+
+
+def lag_read_span() -> timedelta:
+    """How far before its interval the lag job reads: its longest window (the time-lag
+    history, the status windows of ``StatusSettings()``), plus ``READ_MARGIN`` so that the
+    oldest row of a window has its predecessor (pauses, segments). Reading more changes no
+    value; reading less would. A live run of one new snapshot reads this much and no more."""
+    from groupscope.analyze.status import StatusSettings
+
+    status = StatusSettings()
+    longest = max(TIME_LAG_HISTORY, RATE_WINDOW, timedelta(seconds=status.history_s),
+                  timedelta(seconds=status.window_s))
+    return longest + READ_MARGIN
+
+
 PARTITION_LAG_COLUMNS = [
     "cluster", "snapshot_ts", "group_id", "topic", "partition", "member_id", "committed_offset",
     "log_start_offset", "high_watermark", "last_stable_offset", "lag", "lag_beyond_retention",
@@ -72,19 +93,20 @@ def lag_frames(spark: Any, job: JobArgs) -> list[tuple[str, Any]]:
     from groupscope.analyze.lag import lag_mart, rollups, within
     from groupscope.analyze.status import StatusSettings, group_status, partition_status
 
-    # Each snapshot looks back ``lookback`` (time-lag history, pauses); the margin gives the
-    # oldest of those rows their predecessor, so an interval's rows are the same whichever
-    # interval computed them (reruns and backfills are identical).
-    history_s = job.lookback.total_seconds()
-    start, end = job.interval.start - job.lookback - READ_MARGIN, job.interval.end
+    # Each snapshot looks back its windows (TIME_LAG_HISTORY, StatusSettings()): the values
+    # of an interval's rows do not depend on the interval that computed them (reruns,
+    # backfills and the live path give identical rows), and the job reads only what the
+    # windows need (lag_read_span).
+    start, end = job.interval.start - lag_read_span(), job.interval.end
     lag = lag_mart(_table(spark, job, "committed_offsets", start, end),
                    _table(spark, job, "partition_offsets", start, end),
                    _table(spark, job, "member_assignments", start, end),
                    _table(spark, job, "record_timestamps", start, end),
-                   history_s=history_s).cache()
+                   rate_window_s=int(RATE_WINDOW.total_seconds()),
+                   history_s=TIME_LAG_HISTORY.total_seconds()).cache()
     in_interval = within(lag, job.interval.start, job.interval.end)
     statuses = within(partition_status(lag, _table(spark, job, "consumer_groups", start, end),
-                                       StatusSettings(history_s=history_s)),
+                                       StatusSettings()),
                       job.interval.start, job.interval.end).cache()
     frames = [("partition_lag", in_interval.select(*PARTITION_LAG_COLUMNS))]
     frames += list(rollups(in_interval).items())
