@@ -242,6 +242,105 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# The live path computes at most this much after downtime (the newest snapshots first); what is
+# older is the hourly lag job's (it recomputes every hour whole, gaps included).
+LIVE_MAX_SPAN = timedelta(hours=1)
+_LIVE_EPSILON = timedelta(microseconds=1)  # the timestamps' resolution (Parquet, PostgreSQL)
+LAG_MARTS = ("partition_lag", "member_lag", "topic_lag", "group_lag", "cluster_lag",
+             "partition_status", "group_status")
+
+
+def live_interval(warehouse_url: str, cluster: str) -> tuple[datetime, datetime, int] | None:
+    """The interval the next live run computes, as (start, end, loaded snapshots in it), or
+    None when no snapshot was loaded since the last one: from the first loaded snapshot at or
+    after the watermark (``ops.live_analytics.computed_through``) to just after the newest
+    loaded one, starting no earlier than ``LIVE_MAX_SPAN`` before the newest.
+
+    The watermark is kept in a table of its own rather than derived from the marts: the
+    hourly lag job writes the same marts (so their newest row says nothing of what the live
+    path did), and a snapshot with no committed partition has no mart rows at all (derived
+    from them, it would be recomputed at every run). A snapshot loaded late, with a time
+    before the watermark, is left to the hourly lag job."""
+    from sqlalchemy import text
+
+    from groupscope import warehouse
+
+    with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
+        newest = conn.execute(text("SELECT max(snapshot_ts) FROM raw.snapshots"
+                                   " WHERE cluster = :c"), {"c": cluster}).scalar_one()
+        if newest is None:
+            return None
+        through = conn.execute(text("SELECT computed_through FROM ops.live_analytics"
+                                    " WHERE cluster = :c"), {"c": cluster}).scalar_one_or_none()
+        if through is not None and newest < through:
+            return None
+        since = newest - LIVE_MAX_SPAN
+        if through is not None:
+            since = max(since, through)
+        first, count = conn.execute(text(
+            "SELECT min(snapshot_ts), count(*) FROM raw.snapshots WHERE cluster = :c"
+            " AND snapshot_ts >= :since AND snapshot_ts <= :newest"),
+            {"c": cluster, "since": since, "newest": newest}).one()
+    return first, newest + _LIVE_EPSILON, int(count)
+
+
+def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> None:
+    """Moves the live watermark to ``end`` (never back: a late run does not undo a newer)."""
+    from sqlalchemy import text
+
+    from groupscope import warehouse
+
+    with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
+        conn.execute(text(
+            "INSERT INTO ops.live_analytics (cluster, computed_through, computed_at)"
+            " VALUES (:c, :end, :now) ON CONFLICT (cluster) DO UPDATE SET computed_through ="
+            " greatest(ops.live_analytics.computed_through, excluded.computed_through),"
+            " computed_at = excluded.computed_at"), {"c": cluster, "end": end, "now": now})
+
+
+def live_rows(warehouse_url: str, cluster: str, start: datetime,
+              end: datetime) -> dict[str, int]:
+    """The lag marts' rows of [start, end) (what a live run wrote, when its job ran apart)."""
+    from sqlalchemy import text
+
+    from groupscope import warehouse
+
+    with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
+        return {table: int(conn.execute(text(
+            f"SELECT count(*) FROM mart.{table} WHERE cluster = :c"
+            " AND snapshot_ts >= :start AND snapshot_ts < :end"),
+            {"c": cluster, "start": start, "end": end}).scalar_one()) for table in LAG_MARTS}
+
+
+def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
+                   now: datetime) -> dict[str, Any]:
+    """The lag and status marts of the snapshots loaded since the last live run
+    (``live_interval``): the lag job's transforms (``analyze.jobs.lag_frames``, one
+    definition: its rows for a snapshot are the hourly job's), reading only what their
+    windows need, replacing only the interval's rows (``analytics``), then the watermark.
+    Returns a small summary (XCom-safe): cluster, start, end, snapshots, rows per mart.
+
+    ``spark`` is typically a session of a long-lived Spark Connect server
+    (``analyze.io.session(remote=...)``). Its cache is shared by all its sessions and outlives
+    them, so what this run cached is released at the end (``clearCache``: a run of another
+    cluster at the same moment recomputes what it had cached; same rows)."""
+    from groupscope.analyze.io import Interval
+    from groupscope.analyze.jobs import JobArgs
+
+    found = live_interval(warehouse_url, cluster)
+    if found is None:
+        return {"cluster": cluster, "start": None, "end": None, "snapshots": 0, "rows": {}}
+    start, end, snapshots = found
+    job = JobArgs(landing, cluster, Interval(start, end), warehouse_url, timedelta(0))
+    try:
+        written = analytics(spark, job, "lag")
+    finally:
+        spark.catalog.clearCache()
+    record_live(warehouse_url, cluster, end, now)
+    return {"cluster": cluster, "start": start.isoformat(), "end": end.isoformat(),
+            "snapshots": snapshots, "rows": written}
+
+
 @contextlib.contextmanager
 def _warehouse(warehouse_url: str) -> Iterator[Any]:
     """A migrated engine for one stage (migrated once per process: a task's stages share

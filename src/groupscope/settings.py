@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     retries: int = 2
     retry_delay_s: float = 30.0
     spark_conn_id: str = "spark_default"
+    # The Airflow connection (type spark_connect) of the Spark Connect server the live
+    # analytics run on; without it they fall back to spark-submit through spark_conn_id.
+    spark_connect_conn_id: str = "spark_connect_default"
     # Comma-separated Airflow connection ids of the watched clusters; empty: every environment
     # connection of type kafka. A string, not a tuple: pydantic-settings would parse a tuple
     # from the environment as JSON.
@@ -180,6 +183,11 @@ class Settings(BaseSettings):
         if not text or any(c.isspace() for c in text):
             raise ValueError("is not an Airflow connection id")
         return text
+
+    @field_validator("spark_connect_conn_id", mode="before")
+    @classmethod
+    def _spark_connect_conn_id(cls, raw: Any) -> str:
+        return cls._spark_conn_id(raw)
 
     @field_validator("kafka_connections", mode="before")
     @classmethod
