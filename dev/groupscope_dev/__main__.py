@@ -17,6 +17,9 @@ from groupscope_dev import StackError
 from groupscope_dev.kafka import DEFAULT_BROKER_PORT, DEFAULT_KAFKA_VERSION, KafkaCluster
 from groupscope_dev.postgres import DEFAULT_PORT as DEFAULT_PG_PORT
 from groupscope_dev.postgres import LocalPostgres
+from groupscope_dev.spark_connect import SparkConnectServer
+
+DEFAULT_SPARK_CONNECT_PORT = 15002  # Spark Connect's own default
 
 
 def say(message: str) -> None:
@@ -46,9 +49,14 @@ class Stack:
     def postgres(self, layout: dict[str, Any]) -> LocalPostgres:
         return LocalPostgres(self.state_dir / "postgres", port=layout["pg_port"])
 
-    def up(self, brokers: int, version: str, kafka_port: int, pg_port: int) -> dict[str, str]:
+    def spark_connect(self, layout: dict[str, Any]) -> SparkConnectServer:
+        return SparkConnectServer(self.state_dir / "spark-connect",
+                                  port=layout["spark_connect_port"])
+
+    def up(self, brokers: int, version: str, kafka_port: int, pg_port: int,
+           spark_connect_port: int = DEFAULT_SPARK_CONNECT_PORT) -> dict[str, str]:
         wanted = {"brokers": brokers, "kafka_version": version, "kafka_port": kafka_port,
-                  "pg_port": pg_port}
+                  "pg_port": pg_port, "spark_connect_port": spark_connect_port}
         existing = self.layout()
         if existing is not None and existing != wanted:
             raise StackError(
@@ -74,8 +82,17 @@ class Stack:
             engine.dispose()
         say(f"PostgreSQL ready at {warehouse.safe_url(postgres.url)}"
             + (f"; applied {', '.join(applied)}" if applied else ""))
+        spark_connect = self.spark_connect(wanted)
+        if spark_connect.running():
+            say(f"Spark Connect already running at {spark_connect.url}")
+        else:
+            say("starting the Spark Connect server (local[2]); log: "
+                f"{spark_connect.log}")
+            spark_connect.start()
+            say(f"Spark Connect ready at {spark_connect.url}")
         env = {"KAFKA_BOOTSTRAP": kafka.bootstrap, "WAREHOUSE_URL": postgres.url,
-               "KAFKA_VERSION": version, "KAFKA_BROKERS": str(brokers)}
+               "KAFKA_VERSION": version, "KAFKA_BROKERS": str(brokers),
+               "SPARK_CONNECT_URL": spark_connect.url}
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         return env
 
@@ -86,13 +103,15 @@ class Stack:
         if layout is None:
             say("nothing to stop")
         else:
+            if "spark_connect_port" in layout:
+                self.spark_connect(layout).stop()
             self.kafka(layout).destroy()
             self.postgres(layout).destroy()
-            say("stopped Kafka and PostgreSQL and removed their data")
+            say("stopped Spark Connect, Kafka and PostgreSQL and removed their data")
         # The main job's own state describes the Kafka and warehouse just removed.
         import shutil
 
-        for leftover in ("landing", "airflow", "demo"):
+        for leftover in ("landing", "airflow", "demo", "spark-connect"):
             shutil.rmtree(self.state_dir / leftover, ignore_errors=True)
         (self.state_dir / "alerts.jsonl").unlink(missing_ok=True)
         self.manifest.unlink(missing_ok=True)
@@ -106,8 +125,13 @@ class Stack:
         nodes = ", ".join(
             f"node {n} {'up' if kafka.node_running(n) else 'DOWN'}" for n in kafka.node_ids()
         )
-        return (f"{_describe(layout)}\nKafka {kafka.bootstrap}: {nodes}\n"
-                f"PostgreSQL :{postgres.port}: {'up' if postgres.running() else 'DOWN'}")
+        status = (f"{_describe(layout)}\nKafka {kafka.bootstrap}: {nodes}\n"
+                  f"PostgreSQL :{postgres.port}: {'up' if postgres.running() else 'DOWN'}")
+        if "spark_connect_port" in layout:
+            spark_connect = self.spark_connect(layout)
+            status += (f"\nSpark Connect {spark_connect.url}: "
+                       f"{'up' if spark_connect.running() else 'DOWN'}")
+        return status
 
 
 def _stop_main_job(pid_file: Path) -> None:
@@ -153,7 +177,8 @@ def _stop_airflow(pid_file: Path) -> None:
 
 def _describe(layout: dict[str, Any]) -> str:
     return (f"Kafka {layout['kafka_version']} x{layout['brokers']} on :{layout['kafka_port']}, "
-            f"PostgreSQL on :{layout['pg_port']}")
+            f"PostgreSQL on :{layout['pg_port']}, "
+            f"Spark Connect on :{layout.get('spark_connect_port', '-')}")
 
 
 def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
@@ -163,6 +188,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     from groupscope_dev.airflow import (
         LocalAirflow,
         kafka_connection,
+        spark_connect_connection,
         spark_connection,
         warehouse_connection,
     )
@@ -178,8 +204,9 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     stack.state_dir.mkdir(parents=True, exist_ok=True)
     (stack.state_dir / "run.pid").write_text(str(os.getpid()))
-    say("step 1/4: Kafka and PostgreSQL")
-    env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port)
+    say("step 1/4: Kafka, PostgreSQL and the Spark Connect server (the live analytics)")
+    env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
+                   args.spark_connect_port)
     demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
                 kip848=not args.kafka_version.startswith("3."))
     say("step 2/4: the demo workload: a producer and seven consumer groups (range, "
@@ -191,7 +218,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     airflow = LocalAirflow(
         stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
         dict([kafka_connection("local", {"bootstrap.servers": env["KAFKA_BOOTSTRAP"]}),
-              warehouse_connection(env["WAREHOUSE_URL"]), spark_connection("local[2]")])
+              warehouse_connection(env["WAREHOUSE_URL"]), spark_connection("local[2]"),
+              spark_connect_connection(env["SPARK_CONNECT_URL"])])
         | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
            "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
            "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
@@ -237,7 +265,7 @@ def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[st
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not stop():
         found = sorted(d for d in airflow.dag_ids() if d.startswith("groupscope_"))
-        if len(found) >= 3:
+        if len(found) >= 4:  # snapshot, offsets, live and analytics
             return found
         time.sleep(3)
     raise StackError("the groupscope DAGs were not parsed in time; see "
@@ -372,8 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
         p.add_argument("--kafka-port", type=int, default=DEFAULT_BROKER_PORT)
         p.add_argument("--pg-port", type=int, default=DEFAULT_PG_PORT)
+        p.add_argument("--spark-connect-port", type=int, default=DEFAULT_SPARK_CONNECT_PORT)
     run = sub.choices["run"]
-    run.add_argument("--every", type=float, default=60.0,
+    run.add_argument("--every", type=float, default=30.0,
                      help="seconds between snapshots (the snapshot DAG's schedule)")
     run.add_argument("--analytics-schedule", default="*/10 * * * *",
                      help="cron schedule of the analytics DAG (UTC)")
@@ -399,7 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stack = Stack(Path(args.state_dir).resolve(), Path(args.env_file).resolve())
     try:
         if args.action == "up":
-            env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port)
+            env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
+                           args.spark_connect_port)
             print("".join(f"{k}={v}\n" for k, v in env.items()), end="")
             say(f"wrote {stack.env_file}")
         elif args.action == "run":

@@ -48,6 +48,15 @@ def spark_connection(master: str = "local[2]") -> tuple[str, str]:
     return connection_env("spark_default", "spark", host=master)
 
 
+def spark_connect_connection(url: str, conn_id: str = "spark_connect_default") -> tuple[str, str]:
+    """A ``spark_connect`` connection (the apache-spark provider's) to a Spark Connect server
+    at ``sc://host:port``."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    return connection_env(conn_id, "spark_connect", host=parsed.hostname, port=parsed.port)
+
+
 @dataclass
 class LocalAirflow:
     home: Path

@@ -34,18 +34,20 @@ pytestmark = pytest.mark.integration
 
 def test_stack_up_is_idempotent_and_down_removes_everything(tmp_path: Path) -> None:
     stack = Stack(tmp_path / ".stack", tmp_path / ".stack.env")
-    kafka_port, pg_port = free_port_block(1), free_ports(1)[0]
-    env = stack.up(1, "4.3.1", kafka_port, pg_port)
+    kafka_port, (pg_port, connect_port) = free_port_block(1), free_ports(2)
+    env = stack.up(1, "4.3.1", kafka_port, pg_port, connect_port)
     assert env["KAFKA_BOOTSTRAP"] == f"127.0.0.1:{kafka_port}"
+    assert env["SPARK_CONNECT_URL"] == f"sc://127.0.0.1:{connect_port}"
     assert env["WAREHOUSE_URL"].startswith("postgresql://")
     assert f":{pg_port}/" in env["WAREHOUSE_URL"]
     written = dict(line.split("=", 1) for line in stack.env_file.read_text().splitlines())
     assert written["KAFKA_BOOTSTRAP"] == env["KAFKA_BOOTSTRAP"]
     assert written["WAREHOUSE_URL"] == env["WAREHOUSE_URL"]
     try:
-        assert stack.up(1, "4.3.1", kafka_port, pg_port) == env  # again: nothing changes
+        # again: nothing changes
+        assert stack.up(1, "4.3.1", kafka_port, pg_port, connect_port) == env
         with pytest.raises(StackError, match="another layout"):
-            stack.up(3, "4.3.1", kafka_port, pg_port)
+            stack.up(3, "4.3.1", kafka_port, pg_port, connect_port)
         from sqlalchemy import text
 
         from groupscope import warehouse
@@ -55,11 +57,13 @@ def test_stack_up_is_idempotent_and_down_removes_everything(tmp_path: Path) -> N
             assert conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar() == 0
         engine.dispose()
         assert "node 1 up" in stack.status()
+        assert f"Spark Connect sc://127.0.0.1:{connect_port}: up" in stack.status()
     finally:
         stack.down()
     assert not stack.env_file.exists()
     assert not (tmp_path / ".stack" / "kafka").exists()
     assert not (tmp_path / ".stack" / "postgres").exists()
+    assert not (tmp_path / ".stack" / "spark-connect").exists()
     assert "no stack" in stack.status()
 
 
