@@ -34,6 +34,13 @@ run's data interval of cluster `{cluster}`, each replacing exactly its interval'
    is widened to the hour);
 3. `skew`: `mart.group_skew`, `mart.strategy_skew_hourly` (whole hours).
 
+The lag job stays in this DAG although the live DAG (`groupscope_live_{cluster}`) computes the
+same marts at every load: it fills what the live path leaves (snapshots loaded late, behind
+the live watermark; the hours before the newest one after downtime longer than an hour;
+backfills), and its rows equal the live rows (the same transforms and windows,
+`groupscope.analyze.jobs.lag_frames`; tests/integration/test_live_analytics.py compares them),
+so recomputing an hour only rewrites the same rows.
+
 Then the `marts` quality suite (results in `ops.quality_results`): log start <= committed <=
 high watermark unless flagged, lag consistency, closed status sets, and completeness (one lag
 row per partition of every loaded snapshot). A failure fails the run with an alert.

@@ -15,6 +15,9 @@ Connections:
 - ``groupscope_warehouse`` (postgres): the warehouse.
 - ``groupscope_alerts`` (optional, any type): the alert webhook URL in its password.
 - ``spark_default`` (spark): ``local[2]`` locally, a cluster's master URL in production.
+- ``spark_connect_default`` (spark_connect, optional; ``GROUPSCOPE_SPARK_CONNECT_CONN_ID``
+  names another): the long-lived Spark Connect server the live analytics run on; without it
+  they spark-submit the lag job.
 
 Settings (``GROUPSCOPE_*``) come from ``groupscope.settings``, validated when this module is
 imported: a bad one, or a landing folder that cannot be written, fails the import with its
@@ -135,11 +138,15 @@ class AnalyticsJobOperator(SparkSubmitOperator):
         self.warehouse_conn_id = warehouse_conn_id
 
     def execute(self, context: Any) -> None:
-        from groupscope.analyze.submit import environment
         from groupscope.pipeline import analytics_interval
 
         start, end = run_interval(context)
-        start, end = analytics_interval(start, end, self.hourly)
+        self.submit_interval(context, *analytics_interval(start, end, self.hourly))
+
+    def submit_interval(self, context: Any, start: datetime, end: datetime) -> None:
+        """spark-submit of the job over [start, end)."""
+        from groupscope.analyze.submit import environment
+
         self.log.info("%s job for cluster %s over [%s, %s)", self.job, self.cluster,
                       start.isoformat(), end.isoformat())
         self.application_args = ["--landing", str(self.landing), "--cluster", self.cluster,
@@ -150,6 +157,65 @@ class AnalyticsJobOperator(SparkSubmitOperator):
         self.env_vars["WAREHOUSE_URL"] = warehouse_url(self.warehouse_conn_id)
         self.env_vars.update({k: v for k, v in os.environ.items() if k.startswith("JAVA")})
         super().execute(context)
+
+
+class LiveMartsOperator(AnalyticsJobOperator):
+    """The lag and status marts of the snapshots loaded since the last live run
+    (``groupscope.pipeline.live_analytics``), on the long-lived Spark Connect server of the
+    ``spark_connect`` connection ``connect_conn_id``: no JVM starts. Without that connection,
+    the lag job over the same live interval through spark-submit (this operator's parent).
+    Returns (XCom) cluster, start, end, snapshots and rows per mart."""
+
+    def __init__(self, *, cluster: str, landing: Path, connect_conn_id: str,
+                 **kwargs: Any) -> None:
+        super().__init__(job="lag", cluster=cluster, landing=landing, hourly=False, **kwargs)
+        self.connect_conn_id = connect_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
+        from groupscope import pipeline
+
+        now = datetime.now(UTC)
+        warehouse = warehouse_url(self.warehouse_conn_id)
+        remote = spark_connect_url(self.connect_conn_id)
+        if remote is not None:
+            from groupscope.analyze.io import session
+
+            self.log.info("live marts of cluster %s on Spark Connect (connection %s)",
+                          self.cluster, self.connect_conn_id)
+            spark = session(f"groupscope-live-{self.cluster}", remote=remote)
+            try:
+                summary = pipeline.live_analytics(spark, warehouse, self.landing, self.cluster,
+                                                  now)
+            finally:
+                spark.stop()  # this session only: the server keeps running
+        else:
+            self.log.info("no %s connection: the lag job through spark-submit (connection %s)",
+                          self.connect_conn_id, self._conn_id)
+            summary = {"cluster": self.cluster, "start": None, "end": None, "snapshots": 0,
+                       "rows": {}}
+            found = pipeline.live_interval(warehouse, self.cluster)
+            if found is not None:
+                start, end, snapshots = found
+                self.submit_interval(context, start, end)
+                pipeline.record_live(warehouse, self.cluster, end, now)
+                summary = {"cluster": self.cluster, "start": start.isoformat(),
+                           "end": end.isoformat(), "snapshots": snapshots,
+                           "rows": pipeline.live_rows(warehouse, self.cluster, start, end)}
+        self.log.info("live marts: %s", summary)
+        return summary
+
+
+def spark_connect_url(conn_id: str) -> str | None:
+    """The ``sc://`` URL of a ``spark_connect`` connection (through the apache-spark
+    provider's SparkConnectHook; a token in it is a secret: never log it), or None when the
+    connection does not exist."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return SparkConnectHook(conn_id).get_connection_url()
+    except AirflowNotFoundException:
+        return None
 
 
 def run_interval(context: Any) -> tuple[datetime, datetime]:

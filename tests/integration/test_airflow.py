@@ -141,9 +141,9 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
     assert parsed["import_errors"] == {}
     dags = parsed["dags"]
     for cluster in (deployment.cluster, deployment.down):
-        assert {f"groupscope_{kind}_{cluster}" for kind in ("snapshot", "offsets", "analytics")} \
-            <= set(dags)
-    assert len(dags) == 6
+        assert {f"groupscope_{kind}_{cluster}"
+                for kind in ("snapshot", "offsets", "analytics", "live")} <= set(dags)
+    assert len(dags) == 8
     for dag_id, dag in dags.items():
         assert "groupscope" in dag["tags"] and len(dag["tags"]) >= 3, dag_id
         assert len(dag["doc_md"]) > 200, dag_id
