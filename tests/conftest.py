@@ -12,6 +12,7 @@ import pytest
 from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
 from groupscope_dev.ports import free_port_block, free_ports
 from groupscope_dev.postgres import LocalPostgres
+from groupscope_dev.spark_connect import SparkConnectServer
 
 KAFKA_39 = "3.9.2"
 
@@ -95,6 +96,17 @@ def spark():  # type: ignore[no-untyped-def]
     spark = session("groupscope-tests", master="local[2]")
     yield spark
     spark.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(services_dir: Path) -> Iterator[SparkConnectServer]:
+    """One long-lived Spark Connect server (a JVM) for the whole run, as dev/stack runs it.
+    A process that takes a remote session stays in Connect mode (pyspark), and this one holds
+    the local ``spark``: tests reach the server from processes of their own."""
+    server = SparkConnectServer(services_dir / "spark-connect", port=free_ports(1)[0])
+    server.start()
+    yield server
+    server.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
