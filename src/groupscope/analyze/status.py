@@ -99,6 +99,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     history = Window.partitionBy(*KEYS).orderBy("_us")
     recent_before = history.rangeBetween(-int(settings.history_s * micros), -1)
     window = history.rangeBetween(-int(settings.window_s * micros), 0)
+    in_history = history.rangeBetween(-int(settings.history_s * micros), 0)
     upto = history.rowsBetween(Window.unboundedPreceding, 0)
     before = history.rowsBetween(Window.unboundedPreceding, -1)
 
@@ -136,8 +137,10 @@ def partition_status(lag: DataFrame, groups: DataFrame,
              .withColumn("_last_adv", F.when(last_advance["t"] >= horizon, last_advance))
              .withColumn("_members_seen",
                          F.when(last_with_members["t"] >= horizon, last_with_members))
+             # Without an advance in the history: since the first snapshot within it, a row
+             # every job that computes this snapshot has read (however far back it read).
              .withColumn("_last_advance", F.greatest(
-                 F.col("_last_adv")["t"], F.greatest(F.min("_t").over(upto), horizon)))
+                 F.col("_last_adv")["t"], F.min("_t").over(in_history)))
              # collect_list skips the nulls (no advance); sorted by time, the struct's first field.
              .withColumn("_advances", F.array_sort(F.collect_list("_advance").over(recent_before)))
              .withColumn("_n", F.count("*").over(window))
