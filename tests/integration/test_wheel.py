@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".venv" / "bin" / "uv"
-SHIPPED_SUFFIXES = {".py", ".sql", ".typed"}
+SHIPPED_SUFFIXES = {".py", ".sql", ".typed", ".yaml"}
 CLUSTER = "wheel"
 
 
@@ -176,6 +176,12 @@ def test_the_venv_runs_the_installed_wheel_with_locked_dependencies(
                 if _normalise(name) != "groupscope" and pins.get(_normalise(name)) != version}
     assert not off_lock, f"installed versions not pinned by requirements.lock: {off_lock}"
     assert {"pyspark", "confluent-kafka", "sqlalchemy"} <= {_normalise(n) for n in installed}
+
+    # The built-in alert rules are package data: they load from the installed wheel.
+    (work / "rules.yaml").write_text("rules: []\n")
+    checked = _run([str(venv / "bin" / "groupscope"), "alerts", "check-rules", "rules.yaml"],
+                   work, _outside_env(venv)).stdout
+    assert "rules.yaml: OK: 10 rules" in checked and "group_empty_lag_growing" in checked
 
 
 @pytest.fixture
