@@ -8,6 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, dag
+from airflow.timetables.assets import AssetOrTimeSchedule
+from airflow.timetables.trigger import DeltaTriggerTimetable
 from groupscope_airflow import (
     SETTINGS,
     START,
@@ -17,6 +19,7 @@ from groupscope_airflow import (
     default_args,
     kafka_connection_ids,
 )
+from groupscope_alerting import evaluate_alerts
 
 from groupscope.contract.layout import snapshots_asset_uri
 
@@ -41,13 +44,25 @@ JVM starts per run. Without that connection it spark-submits the lag job over th
 interval through the `{spark}` connection (a JVM start per run: tens of seconds).
 One run at a time; a run that finds nothing new writes nothing. `live_marts` returns (XCom)
 the cluster, the interval, the number of snapshots and the rows written per mart.
+
+`evaluate_alerts` then checks the alert rules (`GROUPSCOPE_ALERT_RULES` on top of the built-in
+ones) against the newest marts and sends what the incidents owe through every channel that has
+its Airflow connection (docs/alerts.md). It runs even when `live_marts` failed: the collector
+and quality-gate rules do not need fresh marts. The DAG also runs every {every} without new
+snapshots, so that a collector that stopped landing them is noticed (`collector_stale`).
 """
 
 
 def after_live_marts(cluster: str) -> list[Any]:
     """The tasks that run once the live marts are written (each gets ``live_marts`` as its
     upstream): a downstream task is one line here."""
-    return []
+    return [evaluate_alerts(cluster)]
+
+
+def check_every() -> timedelta:
+    """How often the DAG also runs without new snapshots: when none land, the alert rules
+    still have to be checked (collector_stale is about exactly that)."""
+    return max(SETTINGS.snapshot_every, timedelta(minutes=1))
 
 
 def live_dag(conn_id: str) -> None:
@@ -55,12 +70,16 @@ def live_dag(conn_id: str) -> None:
     loaded = Asset(name=f"groupscope_snapshots_{cluster}",
                    uri=snapshots_asset_uri(SETTINGS.landing, cluster))
 
-    @dag(dag_id=f"groupscope_live_{cluster}", schedule=[loaded], start_date=START,
+    @dag(dag_id=f"groupscope_live_{cluster}",
+         schedule=AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(check_every()),
+                                      assets=[loaded]),
+         start_date=START,
          catchup=False, max_active_runs=1, tags=[*TAGS, "live", cluster],
          params={"cluster": cluster},
          default_args=default_args(timeout=timedelta(minutes=10)),
          dagrun_timeout=timedelta(minutes=30),
-         doc_md=DOC.format(cluster=cluster, connect=SETTINGS.spark_connect_conn_id,
+         doc_md=DOC.format(cluster=cluster, every=f"{check_every().total_seconds():g} s",
+                           connect=SETTINGS.spark_connect_conn_id,
                            spark=SETTINGS.spark_conn_id))
     def live() -> None:
         marts = LiveMartsOperator(task_id="live_marts", cluster=cluster,

@@ -23,7 +23,9 @@ def evaluate_alerts(cluster: str) -> Any:
     """The task (call it inside a DAG): its summary (incidents changed, notifications, the
     outcome per channel) is its XCom; no secret is in it."""
 
-    @task(task_id="evaluate_alerts")
+    # all_done: the collector and quality-gate rules must be checked even when the marts
+    # could not be refreshed.
+    @task(task_id="evaluate_alerts", trigger_rule="all_done")
     def evaluate() -> dict[str, Any]:
         from groupscope import pipeline
         from groupscope.serve.airflow_channels import build_channels

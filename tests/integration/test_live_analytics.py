@@ -197,16 +197,17 @@ def test_live_dag_on_spark_connect_and_through_spark_submit(
     parsed = _harness(airflow, "parse")
     assert parsed["import_errors"] == {}
     dag = parsed["dags"][dag_id]
-    assert dag["timetable"] == "AssetTriggeredTimetable"
+    assert dag["timetable"] == "AssetOrTimeSchedule"
     assert dag["max_active_runs"] == 1 and "live" in dag["tags"]
     assert dag["tasks"]["live_marts"]["operator"] == "LiveMartsOperator"
+    assert dag["tasks"]["evaluate_alerts"]["upstream"] == ["live_marts"]
 
     # On Spark Connect: the two loaded snapshots.
     _load(warehouse_engine, snapshots[:2])
     connect = dict([spark_connect_connection(spark_connect.url)])
     run = _harness(airflow, "test", dag_id, **connect)
     assert run["state"] == "success", run["log"][-5000:]
-    assert run["tasks"] == {"live_marts": "success"}
+    assert run["tasks"] == {"live_marts": "success", "evaluate_alerts": "success"}
     assert "on Spark Connect" in run["log"]
     assert _snapshot_times(warehouse_engine, "partition_status", cluster) == stamps[:2]
 
