@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from groupscope.serve.channels import ChannelError, post_json
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,12 @@ def send(alert: Alert, webhook_url: str | None, log_path: Path,
     entry: dict[str, Any] = {**asdict(alert), "at": alert.at.isoformat()}
     if webhook_url:
         try:
-            _post(webhook_url, {**entry, "detail": alert.text, "text": alert.message()}, timeout_s)
+            post_json("webhook", webhook_url,
+                      {**entry, "detail": alert.text, "text": alert.message()}, timeout_s)
             entry["delivered"] = True
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            # The reason only: the URL (a secret) is not part of it.
-            reason = getattr(exc, "reason", None) or type(exc).__name__
+        except ChannelError as exc:  # its text never holds the URL (a secret)
             entry["delivered"] = False
-            entry["delivery_error"] = f"webhook post failed: {reason}"
+            entry["delivery_error"] = str(exc).removeprefix("channel webhook: ")
             log.warning("alert %r not delivered: %s", alert.title, entry["delivery_error"])
     else:
         entry["delivered"] = None  # no webhook configured: the log is the only sink
@@ -57,16 +56,6 @@ def send(alert: Alert, webhook_url: str | None, log_path: Path,
         out.write(json.dumps(entry, ensure_ascii=False) + "\n")
     log.error("%s", alert.message())
     return entry
-
-
-def _post(url: str, body: dict[str, Any], timeout_s: float) -> None:
-    if not url.startswith(("https://", "http://")):
-        raise ValueError("the webhook URL must be http(s)")
-    request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
-        url, data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-        response.read()
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

@@ -51,17 +51,22 @@ class WebhookChannel:
     timeout_s: float = 10.0
 
     def send(self, message: Message) -> None:
-        if not self.url.startswith(("https://", "http://")):
-            raise ChannelError(f"channel {self.name}: the webhook URL must be http(s)")
-        request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
-            self.url, data=json.dumps(message.payload(), ensure_ascii=False).encode(),
-            method="POST", headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-                response.read()
-        except urllib.error.HTTPError as exc:
-            raise ChannelError(f"channel {self.name}: webhook answered HTTP {exc.code}") \
-                from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", None) or type(exc).__name__
-            raise ChannelError(f"channel {self.name}: webhook post failed: {reason}") from None
+        post_json(self.name, self.url, message.payload(), self.timeout_s)
+
+
+def post_json(channel: str, url: str, body: dict[str, Any], timeout_s: float = 10.0) -> None:
+    """The one webhook POST of groupscope (incident notifications and task-failure alerts);
+    raises ``ChannelError`` whose text never holds the URL."""
+    if not url.startswith(("https://", "http://")):
+        raise ChannelError(f"channel {channel}: the webhook URL must be http(s)")
+    request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
+        url, data=json.dumps(body, ensure_ascii=False).encode(),
+        method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+            response.read()
+    except urllib.error.HTTPError as exc:
+        raise ChannelError(f"channel {channel}: webhook answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        raise ChannelError(f"channel {channel}: webhook post failed: {reason}") from None
