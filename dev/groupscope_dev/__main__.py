@@ -193,7 +193,9 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         warehouse_connection,
     )
     from groupscope_dev.demo import Demo
+    from groupscope_dev.mailcatcher import MailCatcher
     from groupscope_dev.ports import free_ports
+    from groupscope_dev.webhookcatcher import WebhookCatcher
 
     stop_requested = False
 
@@ -214,6 +216,18 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     demo.start()
     landing = stack.state_dir / "landing"
     alert_log = stack.state_dir / "alerts.jsonl"
+    # The e-mail channel's SMTP server: each alert mail lands in <state>/mail as .eml and .txt.
+    mail = MailCatcher(stack.state_dir / "mail")
+    mail.start()
+    alerting = dict([mail.connection("groupscope_smtp", "oncall@localhost")])
+    # The webhook channel: the URL given, or a local catcher writing <state>/webhook/webhook.log.
+    catcher = None
+    if args.alert_webhook:
+        alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = args.alert_webhook
+    else:
+        catcher = WebhookCatcher(stack.state_dir / "webhook")
+        catcher.start()
+        alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = catcher.url
     worker_logs, trigger_logs = free_ports(2)
     airflow = LocalAirflow(
         stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
@@ -223,7 +237,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
            "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
            "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
-           "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule})
+           "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule} | alerting)
     try:
         say("step 3/4: airflow standalone (scheduler, DAG processor, API server, triggerer); "
             f"the first start migrates its database, about a minute; log: "
@@ -236,14 +250,15 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
         for dag_id in dag_ids:
             airflow.unpause(dag_id)
-        print(_banner(airflow, env, stack, landing, alert_log, dag_ids), flush=True)
+        print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
+                      catcher.folder if catcher else None, dag_ids), flush=True)
         started = time.monotonic()
         while not stop_requested:
             _sleep_unless(lambda: stop_requested, args.status_every)
             if stop_requested or (args.duration and time.monotonic() - started >= args.duration):
                 break
             churn = demo.churn_once()
-            line, groups = _status(airflow, dag_ids, env["WAREHOUSE_URL"], alert_log)
+            line, groups = _status(airflow, dag_ids, env["WAREHOUSE_URL"], alert_log, mail.folder)
             print(line + (f" | demo churn: {churn}" if churn else "") + groups, flush=True)
     except KeyboardInterrupt:
         pass
@@ -253,6 +268,9 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         (stack.state_dir / "airflow.pid").unlink(missing_ok=True)
         say("stopping the demo workload")
         demo.stop()
+        mail.stop()
+        if catcher is not None:
+            catcher.stop()
         (stack.state_dir / "run.pid").unlink(missing_ok=True)
         if args.keep:
             say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
@@ -273,7 +291,7 @@ def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[st
 
 
 def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, alert_log: Path,
-            dag_ids: list[str]) -> str:
+            mail_folder: Path, webhook_folder: Path | None, dag_ids: list[str]) -> str:
     from groupscope.warehouse import safe_url
 
     return "\n".join([
@@ -289,15 +307,26 @@ def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, aler
         " mart.* tables above",
         f"  Kafka           {env['KAFKA_BOOTSTRAP']}",
         f"  landing zone    {landing}",
-        f"  alerts          {alert_log} (and the webhook of the groupscope_alerts connection)",
+        "  alerts          checked after every live run; open incidents:",
+        f"                  env $(cat {stack.env_file}) .venv/bin/groupscope alerts list",
+        f"    e-mail        each alert mail in {mail_folder} (NNNN.txt to read, NNNN.eml as sent)",
+        "    webhook       " + (f"each notification in {webhook_folder / 'webhook.log'}"
+                               " (as received: webhook.jsonl); ./run --alert-webhook URL posts"
+                               " elsewhere" if webhook_folder else
+                               "the URL of --alert-webhook / GROUPSCOPE_ALERT_WEBHOOK_URL"),
+        "    Slack         " + ("the groupscope_slack connection"
+                               if os.environ.get("AIRFLOW_CONN_GROUPSCOPE_SLACK") else
+                               "none: set AIRFLOW_CONN_GROUPSCOPE_SLACK (docs/alerts.md)"),
+        f"    task failures {alert_log}",
         "Ctrl-C, or ./run stop in another terminal, stops everything.",
         "",
     ])
 
 
-def _status(airflow: Any, dag_ids: list[str], warehouse_url: str,
-            alert_log: Path) -> tuple[str, str]:
-    """A status line (runs per DAG, snapshots loaded, alerts) and the groups' latest lag."""
+def _status(airflow: Any, dag_ids: list[str], warehouse_url: str, alert_log: Path,
+            mail_folder: Path) -> tuple[str, str]:
+    """A status line (runs per DAG, snapshots loaded, open alert incidents, mails sent, task
+    failures) and the groups' latest lag and status."""
     from groupscope import warehouse
     from groupscope.serve.alerts import read_log
 
@@ -317,14 +346,17 @@ def _status(airflow: Any, dag_ids: list[str], warehouse_url: str,
     engine = warehouse.engine_for(warehouse_url)
     groups = ""
     try:
-        loaded, groups = _warehouse_now(engine)
+        loaded, groups, alerts = _warehouse_now(engine)
         parts.append(f"warehouse: {loaded} snapshots")
+        mails = len(list(mail_folder.glob("*.eml")))
+        parts.append(alerts + (f", {mails} mail(s) in {mail_folder.name}/" if mails else ""))
     except warehouse.WarehouseUnavailable:
         parts.append("warehouse: unreachable")
     finally:
         engine.dispose()
-    alerts = read_log(alert_log)
-    parts.append(f"alerts: {len(alerts)}" + (f" (last: {alerts[-1]['title']})" if alerts else ""))
+    failures = read_log(alert_log)
+    if failures:
+        parts.append(f"task failures: {len(failures)} (last: {failures[-1]['title']})")
     return " | ".join(parts), groups
 
 
@@ -341,22 +373,32 @@ LEFT JOIN LATERAL (
 GROUP BY l.group_id, s.status, s.worst_reason ORDER BY l.group_id"""
 
 
-def _warehouse_now(engine: Any) -> tuple[int, str]:
-    """How many snapshots are loaded, and the groups' latest lag as a table."""
+def _warehouse_now(engine: Any) -> tuple[int, str, str]:
+    """How many snapshots are loaded, the groups' latest lag as a table, and the open alert
+    incidents in a few words."""
     from sqlalchemy import text
 
+    from groupscope.serve import incidents
+    from groupscope.serve.notify import headline
     from groupscope.warehouse import connect
 
     with connect(engine) as conn:
         loaded = int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one())
         rows = conn.execute(text(_GROUPS_NOW)).fetchall()
+        open_now = incidents.open_incidents(conn)
+    firing = [i for i in open_now if i.state == "firing"]
+    pending = len(open_now) - len(firing)
+    alerts = f"alerts: {len(firing)} firing" + (
+        " (" + "; ".join(f"{i.group_id or i.cluster} {headline(i)}" for i in firing[:3])
+        + ("; ..." if len(firing) > 3 else "") + ")" if firing else "") + (
+        f", {pending} pending" if pending else "")
     if not rows:
-        return loaded, ""
+        return loaded, "", alerts
     lines = [f"  {'group':<26} {'partitions':>10} {'lag':>8}  status (analytics)"]
     lines += [f"  {r.group_id[:26]:<26} {r.partitions:>10} {r.lag if r.lag is not None else '-':>8}"
               f"  {r.status or 'not computed yet'}"
               + (f": {r.worst_reason}" if r.worst_reason else "") for r in rows]
-    return loaded, f"\n  as of {rows[0].snapshot_ts:%H:%M:%S}:\n" + "\n".join(lines)
+    return loaded, f"\n  as of {rows[0].snapshot_ts:%H:%M:%S}:\n" + "\n".join(lines), alerts
 
 
 def _sleep_unless(stop: Any, seconds: float) -> None:
@@ -411,6 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="seconds between status lines")
     run.add_argument("--duration", type=float, help="stop after this many seconds")
     run.add_argument("--keep", action="store_true", help="leave the stack running at the end")
+    run.add_argument("--alert-webhook", metavar="URL",
+                     default=os.environ.get("GROUPSCOPE_ALERT_WEBHOOK_URL"),
+                     help="post alert notifications to this webhook instead of the local catcher"
+                     " (<state>/webhook/webhook.log); default $GROUPSCOPE_ALERT_WEBHOOK_URL, which"
+                     " keeps the URL, a secret, out of the process list")
     sub.add_parser("down", help="stop everything (Airflow too) and remove its data")
     sub.add_parser("status", help="what is running")
     demo = sub.add_parser("demo", help="only the demo workload (producers and consumer groups) "

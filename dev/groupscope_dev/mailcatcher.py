@@ -8,6 +8,7 @@ from __future__ import annotations
 import email
 import email.policy
 import html
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ class MailCatcher:
     def start(self) -> None:
         from aiosmtpd.controller import Controller
 
+        # aiosmtpd logs every SMTP exchange at INFO: the mails themselves are the record here.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
         self.folder.mkdir(parents=True, exist_ok=True)
         if not self.port:
             [self.port] = free_ports(1)

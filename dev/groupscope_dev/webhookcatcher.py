@@ -1,0 +1,83 @@
+"""A local HTTP endpoint that keeps every JSON POST it receives: the webhook alert channel of
+``./run`` when no webhook URL is given, and the webhook and Slack receivers of the tests. Each
+notification is appended to ``webhook.log`` as a person reads it (the time it arrived and the
+text) and to ``webhook.jsonl`` as received. It can be stopped and started again on the same
+port, to play an endpoint that is down for a while."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from groupscope_dev.ports import free_ports
+
+
+class WebhookCatcher:
+    def __init__(self, folder: Path | None = None, port: int = 0) -> None:
+        self.folder, self.port = folder, port or free_ports(1)[0]
+        self.bodies: list[dict[str, Any]] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/alerts"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def texts(self) -> list[str]:
+        with self._lock:
+            return [str(b.get("text", "")) for b in self.bodies]
+
+    def start(self) -> None:
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        catcher = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                catcher.keep(body if isinstance(body, dict) else {"body": body})
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass  # the log files are the record
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True,
+                         name=f"webhook-catcher-{self.port}").start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def keep(self, body: dict[str, Any]) -> None:
+        received = datetime.now(UTC)
+        with self._lock:
+            self.bodies.append(body)
+            if self.folder is None:
+                return
+            with (self.folder / "webhook.jsonl").open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"received": received.isoformat(), **body},
+                                     ensure_ascii=False) + "\n")
+            with (self.folder / "webhook.log").open("a", encoding="utf-8") as out:
+                out.write(f"--- {received:%Y-%m-%d %H:%M:%S}Z {body.get('kind', 'message')}\n"
+                          f"{body.get('text', json.dumps(body, ensure_ascii=False))}\n\n")
