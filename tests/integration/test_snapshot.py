@@ -316,3 +316,31 @@ def test_offsets_below_log_start_and_beyond_high_watermark_are_reported(
     assert rows[0]["below_log_start"] is True  # 9 records were deleted unread
     assert (rows[1]["high_watermark"], rows[1]["committed"], rows[1]["lag"]) == (5, 50, -45)
     assert rows[1]["below_log_start"] is False
+
+
+def test_a_committed_offset_on_a_transaction_marker_has_no_record_to_wait_for(
+        kafka: KafkaCluster) -> None:
+    """A consumer that commits what it processed stops on the marker a transaction leaves (a
+    lag of 1). The record sampler sees its position pass the marker and says so, instead of
+    waiting out its timeout at every snapshot; a partition with records is still sampled."""
+    from confluent_kafka import Producer
+
+    from groupscope.kafka.sampling import RecordSampler, SampleRequest
+
+    topic = unique("txn")
+    create_topic(kafka.bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap,
+                         "transactional.id": unique("txn-producer")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(topic, b"x", partition=partition)
+    producer.commit_transaction(30)
+    # Each partition: the record at 0, the commit marker at 1, high watermark 2.
+    sampler = RecordSampler({"bootstrap.servers": kafka.bootstrap}, timeout_s=60)
+    found, missing = sampler([SampleRequest(TopicPartition(topic, 0), 1, 1),
+                              SampleRequest(TopicPartition(topic, 1), 0, 2)])
+    assert [(r.partition, r.offset, r.record_offset) for r in found] == [(1, 0, 0)]
+    assert [(m.tp.partition, reason) for m, reason in missing] == [
+        (0, "no record between the committed offset and the high watermark (transaction "
+            "markers or aborted records only)")]

@@ -91,8 +91,31 @@ class RecordSampler:
                     done_now.append(KafkaTopicPartition(tp.topic, tp.partition))
                 if done_now:
                     consumer.pause(done_now)  # one record each: stop fetching the rest
+                self._past_the_end(consumer, by_tp, found, failed)
         finally:
             consumer.close()
         missing = [(r, failed.get(r.tp, f"no record within {self.timeout_s:.0f}s"))
                    for r in wanted if r.tp not in found]
         return sorted(found.values(), key=lambda t: (t.topic, t.partition)), missing
+
+    @staticmethod
+    def _past_the_end(consumer: Any, by_tp: Mapping[TopicPartition, SampleRequest],
+                      found: Mapping[TopicPartition, RecordTimestamp],
+                      failed: dict[TopicPartition, str]) -> None:
+        """A consumer never returns transaction markers (nor, read_committed, aborted records),
+        but its position moves past them: a partition whose position reached the high watermark
+        it was sampled under, with no record returned, has none to read (a committed offset on
+        the marker a transaction leaves: the lag of 1). Without this it would wait out the
+        timeout at every snapshot."""
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        waiting = [KafkaTopicPartition(tp.topic, tp.partition) for tp in by_tp
+                   if tp not in found and tp not in failed]
+        if not waiting:
+            return
+        for position in consumer.position(waiting):
+            tp = TopicPartition(str(position.topic), int(position.partition))
+            request = by_tp[tp]
+            if position.offset >= request.offset + request.lag:  # offsets < 0: not fetched yet
+                failed[tp] = ("no record between the committed offset and the high watermark "
+                              "(transaction markers or aborted records only)")
