@@ -146,14 +146,27 @@ class Loop:
         self.channels, self.rules = channels, rules
         self.last: datetime | None = None
         self.summaries: list[dict[str, Any]] = []
+        self.seconds: dict[str, list[float]] = {}
 
     def once(self) -> dict[str, Any]:
         now = datetime.now(UTC)
+        clock = time.monotonic()
+
+        def step(name: str) -> None:  # seconds per step, printed at the end
+            nonlocal clock
+            self.seconds.setdefault(name, []).append(time.monotonic() - clock)
+            clock = time.monotonic()
+
         pipeline.collect(self.cluster, self.landing, now, 10.0)
+        step("collect")
         passed = pipeline.gate_landed(self.url, self.landing, CLUSTER, now)
+        step("gate")
         pipeline.load(self.url, self.landing, CLUSTER, passed, now)
+        step("load")
         pipeline.live_analytics(self.spark, self.url, self.landing, CLUSTER, now)
+        step("live marts")
         summary = self.evaluate(now)
+        step("evaluate")
         self.last = now
         return summary
 
@@ -348,6 +361,9 @@ def test_alerts_end_to_end(broker: Any, postgres: Any, warehouse_engine: Any, sp
         assert txn_lag == 1  # the marker's lag was there, and judged OK
         assert bursty.commits >= 8
     finally:
+        print("median seconds per pass step: " + ", ".join(
+            f"{name} {sorted(values)[len(values) // 2]:.1f}"
+            for name, values in loop.seconds.items()), flush=True)
         bursty.stopping.set()
         txn_reader.stopping.set()
         for p in producers:
