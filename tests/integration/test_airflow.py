@@ -2,7 +2,8 @@
 ``dag.test()`` runs snapshot -> offsets ingest -> analytics (Spark local) -> quality against a
 real Kafka and PostgreSQL; a corrupt landed snapshot stops the load with an alert; a cluster
 that is down fails alone; and ``airflow standalone``'s scheduler runs the snapshot DAG on its
-schedule while the analytics DAG is triggered through the REST API v2.
+schedule and the live DAG (marts and alert check, on Spark Connect) on the snapshots Asset,
+while the analytics DAG is triggered through the REST API v2.
 
 Airflow reads its configuration once per process, so each Airflow here runs in processes of
 its own (tests/airflow_harness.py for parsing and ``dag.test()``)."""
@@ -36,12 +37,14 @@ from groupscope_dev.airflow import (
     LocalAirflow,
     connection_env,
     kafka_connection,
+    spark_connect_connection,
     spark_connection,
     warehouse_connection,
 )
 from groupscope_dev.kafka import KafkaCluster
 from groupscope_dev.ports import free_ports
 from groupscope_dev.postgres import LocalPostgres
+from groupscope_dev.spark_connect import SparkConnectServer
 
 pytestmark = pytest.mark.integration
 HARNESS = Path(__file__).resolve().parents[1] / "airflow_harness.py"
@@ -315,9 +318,12 @@ def test_a_cluster_that_is_down_fails_alone(deployment: Deployment,
 
 @pytest.fixture
 def standalone(tmp_path: Path, kafka: KafkaCluster, postgres: LocalPostgres,
-               warehouse_engine: Any) -> Iterator[Deployment]:
+               spark_connect: SparkConnectServer, warehouse_engine: Any) -> Iterator[Deployment]:
+    # As deployed: the live DAG on the Spark Connect server (without it, a spark-submit per
+    # snapshot would compete with the analytics DAG's for the two cores).
     d = _deployment(tmp_path, kafka, postgres, with_down_cluster=False,
-                    GROUPSCOPE_SNAPSHOT_EVERY_S="10")
+                    GROUPSCOPE_SNAPSHOT_EVERY_S="10",
+                    **dict([spark_connect_connection(spark_connect.url)]))
     d.airflow.start()
     try:
         d.airflow.wait_ready()
@@ -342,10 +348,18 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deploy
         return [r for r in airflow.dag_runs(snapshot_dag)
                 if r["run_type"] == "scheduled" and r["state"] == "success"]
 
+    live_dag = f"groupscope_live_{d.cluster}"
+
+    def live_successes() -> list[dict[str, Any]]:  # triggered by the snapshots Asset
+        return [r for r in airflow.dag_runs(live_dag)
+                if r["run_type"] == "asset_triggered" and r["state"] == "success"]
+
     deadline = time.monotonic() + 300
-    while len(scheduled_successes()) < 2 and time.monotonic() < deadline:
+    while (len(scheduled_successes()) < 2 or not live_successes()) \
+            and time.monotonic() < deadline:
         time.sleep(3)
     assert len(scheduled_successes()) >= 2, airflow.dag_runs(snapshot_dag)
+    assert live_successes(), airflow.dag_runs(live_dag)
 
     run_id = airflow.trigger(analytics_dag)
     assert airflow.wait_for_run(analytics_dag, run_id, 600) == "success"
