@@ -388,9 +388,15 @@ def _warehouse_now(engine: Any) -> tuple[int, str, str]:
         open_now = incidents.open_incidents(conn)
     firing = [i for i in open_now if i.state == "firing"]
     pending = len(open_now) - len(firing)
+    # One word per subject (a stopped group has both its ERR and its empty-group incident;
+    # notifications merge them the same way).
+    subjects: dict[str, str] = {}
+    for i in firing:
+        subjects.setdefault(i.group_id or i.cluster, headline(i))
+    named = [f"{subject} {what}" for subject, what in subjects.items()]
     alerts = f"alerts: {len(firing)} firing" + (
-        " (" + "; ".join(f"{i.group_id or i.cluster} {headline(i)}" for i in firing[:3])
-        + ("; ..." if len(firing) > 3 else "") + ")" if firing else "") + (
+        " (" + "; ".join(named[:3]) + ("; ..." if len(named) > 3 else "") + ")"
+        if firing else "") + (
         f", {pending} pending" if pending else "")
     if not rows:
         return loaded, "", alerts
