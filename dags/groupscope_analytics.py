@@ -23,9 +23,10 @@ from groupscope.contract.layout import snapshots_asset_uri
 
 DOC = """
 ### groupscope analytics: `{cluster}`
-{when}: three Spark jobs (`spark_jobs/`, submitted through the `{spark}` connection) over the
-run's data interval of cluster `{cluster}`, each replacing exactly its interval's rows
-(a rerun or a backfill leaves the same rows):
+{when}: three Spark jobs (`spark_jobs/`) over the run's data interval of cluster
+`{cluster}`, on the Spark Connect server of the `{connect}` connection when it exists (no JVM
+start per job), else submitted through the `{spark}` connection; each replaces exactly its
+interval's rows (a rerun or a backfill leaves the same rows):
 
 1. `lag`: `mart.partition_lag` (lag in offsets and seconds, rates, catch-up time), the
    member / topic / group / cluster roll-ups, and consumer status (`mart.partition_status`,
@@ -63,11 +64,13 @@ def analytics_dag(conn_id: str) -> None:
          catchup=False, max_active_runs=1, tags=[*TAGS, "analytics", cluster],
          params={"cluster": cluster}, default_args=default_args(timeout=timedelta(minutes=45)),
          dagrun_timeout=timedelta(hours=3),
-         doc_md=DOC.format(cluster=cluster, when=when, spark=SETTINGS.spark_conn_id))
+         doc_md=DOC.format(cluster=cluster, when=when, spark=SETTINGS.spark_conn_id,
+                           connect=SETTINGS.spark_connect_conn_id))
     def analytics() -> None:
         jobs = [
             AnalyticsJobOperator(task_id=f"{job}_job", job=job, cluster=cluster,
                                  landing=SETTINGS.landing, hourly=hourly,
+                                 connect_conn_id=SETTINGS.spark_connect_conn_id,
                                  conn_id=SETTINGS.spark_conn_id)
             for job, hourly in (("lag", False), ("rebalance", True), ("skew", True))
         ]

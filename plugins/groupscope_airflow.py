@@ -16,8 +16,8 @@ Connections:
 - ``groupscope_alerts`` (optional, any type): the alert webhook URL in its password.
 - ``spark_default`` (spark): ``local[2]`` locally, a cluster's master URL in production.
 - ``spark_connect_default`` (spark_connect, optional; ``GROUPSCOPE_SPARK_CONNECT_CONN_ID``
-  names another): the long-lived Spark Connect server the live analytics run on; without it
-  they spark-submit the lag job.
+  names another): the long-lived Spark Connect server the live and the hourly analytics run
+  on (no JVM start per job); without it they spark-submit the jobs through ``spark_default``.
 
 Settings (``GROUPSCOPE_*``) come from ``groupscope.settings``, validated when this module is
 imported: a bad one, or a landing folder that cannot be written, fails the import with its
@@ -122,12 +122,15 @@ class GroupscopeAlertNotifier(BaseNotifier):
 
 
 class AnalyticsJobOperator(SparkSubmitOperator):
-    """One analytics job (``spark_jobs/<job>_job.py``) over the run's data interval, with this
-    environment's pyspark and the warehouse from its connection. The interval, and the
-    environment that holds the warehouse password, are built when the task runs, so neither is
-    a rendered template field."""
+    """One analytics job (``spark_jobs/<job>_job.py``) over the run's data interval: on the
+    long-lived Spark Connect server of the ``spark_connect`` connection ``connect_conn_id``
+    when it exists (no JVM starts), else through spark-submit with this environment's pyspark.
+    The warehouse comes from its connection. The interval, and the environment that holds the
+    warehouse password, are built when the task runs, so neither is a rendered template
+    field."""
 
     def __init__(self, *, job: str, cluster: str, landing: Path, hourly: bool,
+                 connect_conn_id: str | None = None,
                  warehouse_conn_id: str = WAREHOUSE_CONN_ID, **kwargs: Any) -> None:
         from groupscope.analyze.submit import job_path
 
@@ -135,13 +138,32 @@ class AnalyticsJobOperator(SparkSubmitOperator):
                          name=f"groupscope-{job}-{cluster}",
                          conf={"spark.ui.enabled": "false"}, **kwargs)
         self.job, self.cluster, self.landing, self.hourly = job, cluster, landing, hourly
+        self.connect_conn_id = connect_conn_id
         self.warehouse_conn_id = warehouse_conn_id
 
     def execute(self, context: Any) -> None:
         from groupscope.pipeline import analytics_interval
 
         start, end = run_interval(context)
-        self.submit_interval(context, *analytics_interval(start, end, self.hourly))
+        start, end = analytics_interval(start, end, self.hourly)
+        remote = spark_connect_url(self.connect_conn_id) if self.connect_conn_id else None
+        if remote is None:
+            self.submit_interval(context, start, end)
+            return
+        from groupscope import pipeline
+        from groupscope.analyze.io import Interval, session
+        from groupscope.analyze.jobs import DEFAULT_LOOKBACK, JobArgs
+
+        self.log.info("%s job for cluster %s over [%s, %s) on Spark Connect (connection %s)",
+                      self.job, self.cluster, start.isoformat(), end.isoformat(),
+                      self.connect_conn_id)
+        job = JobArgs(self.landing, self.cluster, Interval(start, end),
+                      warehouse_url(self.warehouse_conn_id), DEFAULT_LOOKBACK)
+        spark = session(f"groupscope-{self.job}-{self.cluster}", remote=remote)
+        try:
+            self.log.info("rows written per mart: %s", pipeline.analytics(spark, job, self.job))
+        finally:
+            spark.stop()  # this session only: the server keeps running
 
     def submit_interval(self, context: Any, start: datetime, end: datetime) -> None:
         """spark-submit of the job over [start, end)."""
@@ -168,8 +190,8 @@ class LiveMartsOperator(AnalyticsJobOperator):
 
     def __init__(self, *, cluster: str, landing: Path, connect_conn_id: str,
                  **kwargs: Any) -> None:
-        super().__init__(job="lag", cluster=cluster, landing=landing, hourly=False, **kwargs)
-        self.connect_conn_id = connect_conn_id
+        super().__init__(job="lag", cluster=cluster, landing=landing, hourly=False,
+                         connect_conn_id=connect_conn_id, **kwargs)
 
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         from groupscope import pipeline

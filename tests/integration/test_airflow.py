@@ -3,7 +3,7 @@
 real Kafka and PostgreSQL; a corrupt landed snapshot stops the load with an alert; a cluster
 that is down fails alone; and ``airflow standalone``'s scheduler runs the snapshot DAG on its
 schedule and the live DAG (marts and alert check, on Spark Connect) on the snapshots Asset,
-while the analytics DAG is triggered through the REST API v2.
+while the analytics DAG is triggered through the REST API v2 (its jobs on Spark Connect too).
 
 Airflow reads its configuration once per process, so each Airflow here runs in processes of
 its own (tests/airflow_harness.py for parsing and ``dag.test()``)."""
@@ -13,13 +13,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from groupscope_dev.kafka import KafkaCluster
 from groupscope_dev.ports import free_ports
 from groupscope_dev.postgres import LocalPostgres
 from groupscope_dev.spark_connect import SparkConnectServer
+from groupscope_dev.webhookcatcher import WebhookCatcher
 
 pytestmark = pytest.mark.integration
 HARNESS = Path(__file__).resolve().parents[1] / "airflow_harness.py"
@@ -75,31 +74,9 @@ class Deployment:
         return result
 
 
-class Webhook:
-    """An alert webhook on loopback that keeps what it is sent."""
-
-    def __init__(self) -> None:
-        received: list[dict[str, Any]] = []
-        self.received = received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                received.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/S3CRET-T0KEN"
-
-
 def _deployment(home: Path, kafka: KafkaCluster, postgres: LocalPostgres,
-                with_down_cluster: bool, webhook: Webhook | None = None,
-                **settings: str) -> Deployment:
+                with_down_cluster: bool, webhook: WebhookCatcher | None = None,
+                migrate: bool = True, **settings: str) -> Deployment:
     tag = uuid.uuid4().hex[:8]
     cluster, down = f"af{tag}", f"down{tag}"
     down_address = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
@@ -109,28 +86,32 @@ def _deployment(home: Path, kafka: KafkaCluster, postgres: LocalPostgres,
     if with_down_cluster:
         env.update([kafka_connection(down, {"bootstrap.servers": down_address})])
     if webhook:
-        env.update([connection_env("groupscope_alerts", "http", password=webhook.url)])
+        # A secret in the URL's path: it must never reach a log or the alert log.
+        env.update([connection_env("groupscope_alerts", "http",
+                                   password=f"{webhook.url}/S3CRET-T0KEN")])
     env.update({"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
                 "GROUPSCOPE_RETRY_DELAY_S": "1", "GROUPSCOPE_KAFKA_TIMEOUT_S": "5",
                 **settings})
     api_port, worker_logs, trigger_logs = free_ports(3)
     airflow = LocalAirflow(home / "airflow", api_port, (worker_logs, trigger_logs), env)
-    airflow.migrate()
+    if migrate:  # (airflow standalone migrates when it starts)
+        airflow.migrate()
     topic, group = f"orders-{tag}", f"billing-{tag}"
     create_topic(kafka.bootstrap, topic, 2)
     produce_counts(kafka.bootstrap, topic, [30, 20])
     commit_offsets(kafka.bootstrap, group, {(topic, 0): 10, (topic, 1): 20})
     return Deployment(airflow, cluster, down, down_address, topic, group, landing, alert_log,
-                      webhook.received if webhook else [])
+                      webhook.bodies if webhook else [])
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory, kafka: KafkaCluster,
                postgres: LocalPostgres, warehouse_engine: Any) -> Iterator[Deployment]:
-    webhook = Webhook()
+    webhook = WebhookCatcher()
+    webhook.start()
     yield _deployment(tmp_path_factory.mktemp("airflow-dagtest"), kafka, postgres,
                       with_down_cluster=True, webhook=webhook)
-    webhook.server.shutdown()
+    webhook.stop()
 
 
 def _snapshot_count(engine: Any, cluster: str) -> int:
@@ -321,8 +302,11 @@ def standalone(tmp_path: Path, kafka: KafkaCluster, postgres: LocalPostgres,
                spark_connect: SparkConnectServer, warehouse_engine: Any) -> Iterator[Deployment]:
     # As deployed: the live DAG on the Spark Connect server (without it, a spark-submit per
     # snapshot would compete with the analytics DAG's for the two cores).
-    d = _deployment(tmp_path, kafka, postgres, with_down_cluster=False,
+    # The analytics DAG's schedule is not due before 2028 (Feb 29, with catchup off): only the
+    # REST-triggered run runs, instead of queueing behind the latest hour's scheduled run.
+    d = _deployment(tmp_path, kafka, postgres, with_down_cluster=False, migrate=False,
                     GROUPSCOPE_SNAPSHOT_EVERY_S="10",
+                    GROUPSCOPE_ANALYTICS_SCHEDULE="0 0 29 2 *",
                     **dict([spark_connect_connection(spark_connect.url)]))
     d.airflow.start()
     try:
@@ -335,6 +319,7 @@ def standalone(tmp_path: Path, kafka: KafkaCluster, postgres: LocalPostgres,
 def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deployment,
                                                               warehouse_engine: Any) -> None:
     d, airflow = standalone, standalone.airflow
+    t0 = time.monotonic()
     snapshot_dag = f"groupscope_snapshot_{d.cluster}"
     analytics_dag = f"groupscope_analytics_{d.cluster}"
     deadline = time.monotonic() + 180
@@ -343,6 +328,7 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deploy
             break
         time.sleep(3)
     assert {snapshot_dag, analytics_dag} <= set(airflow.dag_ids())
+    print(f"[{time.monotonic() - t0:5.0f} s] the DAGs are parsed", flush=True)
 
     def scheduled_successes() -> list[dict[str, Any]]:
         return [r for r in airflow.dag_runs(snapshot_dag)
@@ -360,9 +346,16 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deploy
         time.sleep(3)
     assert len(scheduled_successes()) >= 2, airflow.dag_runs(snapshot_dag)
     assert live_successes(), airflow.dag_runs(live_dag)
+    print(f"[{time.monotonic() - t0:5.0f} s] 2 scheduled snapshots and a live run", flush=True)
 
     run_id = airflow.trigger(analytics_dag)
     assert airflow.wait_for_run(analytics_dag, run_id, 600) == "success"
+    print(f"[{time.monotonic() - t0:5.0f} s] the triggered analytics run", flush=True)
+    # Its jobs ran on the Connect server (no spark-submit: dag.test() above covers that path).
+    logs = airflow.home / "logs" / f"dag_id={analytics_dag}" / f"run_id={run_id}"
+    for job in ("lag_job", "rebalance_job", "skew_job"):
+        log = "".join(f.read_text() for f in (logs / f"task_id={job}").glob("attempt=*.log"))
+        assert "on Spark Connect (connection" in log, (job, log[-2000:])
 
     with warehouse_engine.connect() as conn:
         loaded = conn.execute(text(

@@ -13,6 +13,10 @@ from typing import Any
 
 from groupscope.analyze.io import Interval, read_snapshot_table
 
+# The history the rebalance job reads before its interval (a rebalance in progress at the
+# interval's start needs the snapshots before it).
+DEFAULT_LOOKBACK = timedelta(hours=6)
+
 
 @dataclass(frozen=True)
 class JobArgs:
@@ -30,7 +34,8 @@ def parse_args(prog: str, argv: Sequence[str] | None = None) -> JobArgs:
     parser.add_argument("--start", required=True, help="interval start, ISO 8601 (UTC)")
     parser.add_argument("--end", required=True, help="interval end (exclusive)")
     parser.add_argument("--warehouse", help="PostgreSQL URL (default: env WAREHOUSE_URL)")
-    parser.add_argument("--lookback-minutes", type=float, default=360.0,
+    parser.add_argument("--lookback-minutes", type=float,
+                        default=DEFAULT_LOOKBACK.total_seconds() / 60,
                         help="history the rebalance job reads before the interval (the lag "
                              "job reads what its windows need: analyze.jobs.lag_read_span)")
     args = parser.parse_args(argv)
