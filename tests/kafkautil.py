@@ -128,3 +128,11 @@ class Member(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         self.join(30)
+
+
+def stop_all(members: list[Member]) -> None:
+    """Stops the members together: one by one, each leave would rebalance the rest first."""
+    for member in members:
+        member._stop_event.set()
+    for member in members:
+        member.join(30)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import unique
-from kafkautil import Member, create_topic, take_snapshot, wait_until
+from kafkautil import Member, create_topic, stop_all, take_snapshot, wait_until
 
 from groupscope.contract.model import TopicPartition
 from groupscope.simulate.assignors import AssignmentInput, MemberSpec, assign
@@ -163,8 +163,7 @@ def test_range_and_roundrobin_equal_real_librdkafka_groups(
             group = wait_until(partial(_settled_group, kafka.bootstrap, group_id,
                                        len(members), total), 90, f"{group_id} to settle")
         finally:
-            for member in members:
-                member.stop()
+            stop_all(members)
         real = _as_input(group, blueprint.partitions)
         simulated = assign(strategy, real, ordering="librdkafka")
         assert simulated == real.previous, (group_id, strategy)
@@ -217,5 +216,4 @@ def test_cooperative_sticky_matches_real_balance_stickiness_and_movement(
         assert moved(second.previous, third.previous) <= \
             moved(second.previous, simulated) + MOVE_TOLERANCE
     finally:
-        for member in members:
-            member.stop()
+        stop_all(members)
