@@ -149,6 +149,10 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
         "CronDataIntervalTimetable"
     assert dags[f"groupscope_snapshot_{deployment.cluster}"]["timetable"] == \
         "DeltaTriggerTimetable"
+    live = dags[f"groupscope_live_{deployment.cluster}"]
+    assert live["timetable"] == "AssetOrTimeSchedule" and "live" in live["tags"]
+    assert live["tasks"]["live_marts"]["operator"] == "LiveMartsOperator"
+    assert live["tasks"]["evaluate_alerts"]["upstream"] == ["live_marts"]
 
     # Analytics triggered by landed snapshots (Assets) instead of a schedule.
     by_assets = deployment.harness("parse", GROUPSCOPE_ANALYTICS_SCHEDULE="assets")
