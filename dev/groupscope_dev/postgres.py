@@ -28,6 +28,10 @@ ROLE = "groupscope"
 # A development-only credential for a server bound to 127.0.0.1; production warehouses are
 # configured through WAREHOUSE_URL / Airflow connections.
 PASSWORD = "groupscope"  # noqa: S105
+# The read-only role Grafana logs in as (groupscope.warehouse.READER_ROLE), created by the
+# superuser with the project's reader_role.sql; likewise a development-only credential.
+READER_ROLE = "grafana_reader"
+READER_PASSWORD = "grafana-reader"  # noqa: S105
 
 
 def _wheel_root() -> Path:
@@ -45,7 +49,31 @@ class LocalPostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{ROLE}:{PASSWORD}@{LOOPBACK}:{self.port}/{DATABASE}"
+        return self.database_url(DATABASE)
+
+    @property
+    def reader_url(self) -> str:
+        """The warehouse as ``grafana_reader``: SELECT on the ``serve`` views only."""
+        return self.database_url(DATABASE, READER_ROLE, READER_PASSWORD)
+
+    def database_url(self, database: str, role: str = ROLE, password: str = PASSWORD) -> str:
+        return f"postgresql://{role}:{password}@{LOOPBACK}:{self.port}/{database}"
+
+    def superuser_url(self, database: str = DATABASE) -> str:
+        """The superuser ``postgres`` over the server's socket (trust): what creates roles."""
+        return f"postgresql://postgres@/{database}?host={self.home}&port={self.port}"
+
+    def create_database(self, database: str) -> str:
+        """A new warehouse database owned by the warehouse role, with the reader role's
+        grants in it (they are per database); returns its URL (as the owner)."""
+        self._run([*self._psql("postgres"), f'CREATE DATABASE "{database}" OWNER {ROLE}'],
+                  what=f"creating the database {database}")
+        self._ensure_reader_role(database)
+        return self.database_url(database)
+
+    def drop_database(self, database: str) -> None:
+        self._run([*self._psql("postgres"), f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'],
+                  what=f"dropping the database {database}")
 
     @property
     def as_root(self) -> bool:
@@ -149,9 +177,14 @@ class LocalPostgres:
             f"host all all {LOOPBACK}/32 scram-sha-256\n"
         )
 
+    def _psql(self, database: str, *options: str) -> list[str]:
+        """psql as the superuser over the socket (trust), then ``-c`` or nothing (stdin)."""
+        return [self.bin("psql"), "-h", str(self.home), "-p", str(self.port), "-U", "postgres",
+                "-d", database, "-v", "ON_ERROR_STOP=1", "-qAt", "--no-psqlrc", *options,
+                *([] if options else ["-c"])]
+
     def _ensure_database(self) -> None:
-        psql = [self.bin("psql"), "-h", str(self.home), "-p", str(self.port), "-U", "postgres",
-                "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qAt", "-c"]
+        psql = self._psql("postgres")
         wanted = [
             ("the warehouse role", f"SELECT 1 FROM pg_roles WHERE rolname = '{ROLE}'",
              f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'"),
@@ -161,11 +194,23 @@ class LocalPostgres:
         for what, exists, create in wanted:
             if self._run([*psql, exists], what=f"checking {what}").strip() != "1":
                 self._run([*psql, create], what=f"creating {what}")
+        self._ensure_reader_role(DATABASE)
 
-    def _run(self, command: list[str], what: str) -> str:
+    def _ensure_reader_role(self, database: str) -> None:
+        """grafana_reader, as the compose stack's warehouse-reader service makes it: the
+        project's reader_role.sql run by the superuser (the warehouse role may not create
+        roles). It also creates the serve schema owned by the warehouse role if the migrations
+        have not yet, so the owner's default privileges cover the views they add."""
+        from groupscope.warehouse import reader_role_sql
+
+        self._run(self._psql(database, "-v", f"reader_password={READER_PASSWORD}",
+                             "-v", f"owner={ROLE}"),
+                  what=f"creating the {READER_ROLE} role", stdin=reader_role_sql())
+
+    def _run(self, command: list[str], what: str, stdin: str | None = None) -> str:
         user = SERVICE_USER if self.as_root else None
         result = subprocess.run(command, capture_output=True, text=True, user=user, cwd="/",
-                                check=False, env={**os.environ, "LC_ALL": "C"})
+                                check=False, env={**os.environ, "LC_ALL": "C"}, input=stdin)
         if result.returncode != 0:
             log_tail = ""
             if self.log_file.exists():

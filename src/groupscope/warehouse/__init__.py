@@ -232,6 +232,65 @@ def loaded_snapshot_keys(engine: Engine, cluster: str | None = None,
         return {(r.cluster, r.snapshot_ts) for r in conn.execute(text(query), params)}
 
 
+# The read-only role Grafana logs in as; groupscope.serve.grafana.READER_ROLE names the same
+# (the warehouse may not import serve), as does reader_role.sql.
+READER_ROLE = "grafana_reader"
+READER_ROLE_SQL = "reader_role.sql"
+_PSQL_VARIABLE = re.compile(r":'([A-Za-z_]\w*)'" r'|:"([A-Za-z_]\w*)"')
+
+
+def reader_role_sql() -> str:
+    """The SQL that creates or updates the read-only role Grafana logs in as, with psql
+    variables ``:'reader_password'`` and ``:"owner"`` (``psql -v ... -f``; shipped in the
+    package as ``groupscope/warehouse/reader_role.sql``)."""
+    return resources.files(__package__).joinpath(READER_ROLE_SQL).read_text(encoding="utf-8")
+
+
+def create_reader_role(conn: Any, password: str, owner: str | None = None) -> None:
+    """Creates or updates ``grafana_reader`` (read-only transactions, a 10 s statement
+    timeout, SELECT on the ``serve`` views now and to come, CONNECT to this database, nothing
+    else): ``reader_role.sql`` run on ``conn``, a SQLAlchemy connection to the warehouse
+    database as a role that may create roles and grant for ``owner`` (a superuser, or a DBA
+    member of the owner role; the warehouse owner itself may not create roles).
+
+    ``owner`` is the role that owns the warehouse schemas (default: the database's owner).
+    Idempotent. The password is sent as a SCRAM-SHA-256 verifier computed here by libpq, so
+    it appears in no statement, server log or error; the caller's transaction is used if one
+    is open, else one is committed here."""
+    if not password:
+        raise ValueError("the reader role needs a non-empty password")
+    if conn.in_transaction():
+        _create_reader_role(conn, password, owner)
+    else:
+        with conn.begin():
+            _create_reader_role(conn, password, owner)
+
+
+def _create_reader_role(conn: Any, password: str, owner: str | None) -> None:
+    from psycopg import sql as psql
+
+    driver = conn.connection.driver_connection
+    if owner is None:
+        owner = conn.execute(text(
+            "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"
+        )).scalar_one()
+    verifier = driver.pgconn.encrypt_password(
+        password.encode(), READER_ROLE.encode(), b"scram-sha-256").decode()
+    values = {"reader_password": psql.Literal(verifier), "owner": psql.Identifier(owner)}
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        kind = psql.Literal if match.group(1) else psql.Identifier
+        value = values.get(name)
+        if not isinstance(value, kind):
+            raise ValueError(f"{READER_ROLE_SQL}: unexpected psql variable {match.group(0)}")
+        return value.as_string(driver)
+
+    # On the driver's cursor, without parameters: the SQL's '%' are not placeholders, and an
+    # error names the statement's problem without echoing the statement.
+    driver.cursor().execute(_PSQL_VARIABLE.sub(substitute, reader_role_sql()))
+
+
 class connect:
     """``engine.connect()`` that turns "cannot connect" into WarehouseUnavailable."""
 
