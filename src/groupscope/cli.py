@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -67,6 +68,8 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
     from groupscope import warehouse
     from groupscope.land.snapshots import landed_snapshots
 
+    if args.action == "create-reader":
+        return cmd_warehouse_create_reader(args)
     engine = warehouse.engine_for(args.url)
     try:
         if args.action == "migrate":
@@ -88,6 +91,124 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_UNAVAILABLE) from None
     finally:
         engine.dispose()
+
+
+ADMIN_URL_ENV = "WAREHOUSE_ADMIN_URL"
+READER_PASSWORD_ENV = "GROUPSCOPE_READER_PASSWORD"  # noqa: S105 - a variable name
+
+
+def cmd_warehouse_create_reader(args: argparse.Namespace) -> int:
+    """Creates or updates grafana_reader as a role that may create roles (a superuser or a
+    DBA); the admin URL from WAREHOUSE_ADMIN_URL or --admin-url (without a password: PGPASSWORD
+    or ~/.pgpass), the reader's password from GROUPSCOPE_READER_PASSWORD only."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from groupscope import warehouse
+
+    url = args.admin_url or os.environ.get(ADMIN_URL_ENV)
+    if not url:
+        raise CliError(f"no admin connection: set {ADMIN_URL_ENV} (a role that may create "
+                       "roles) or give --admin-url", EXIT_USAGE)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise CliError(f"{ADMIN_URL_ENV}/--admin-url is not a database URL "
+                       "(postgresql://user@host:port/database)", EXIT_USAGE) from None
+    if args.admin_url and parsed.password:
+        raise CliError(f"--admin-url must not hold a password (it would stay in the shell "
+                       f"history): set {ADMIN_URL_ENV}, or PGPASSWORD, instead", EXIT_USAGE)
+    password = os.environ.get(READER_PASSWORD_ENV, "")
+    if not password:
+        raise CliError(f"set {READER_PASSWORD_ENV}: the password grafana_reader logs in with "
+                       "(Grafana's datasource reads the same variable)", EXIT_USAGE)
+    engine = warehouse.engine_for(url)
+    where = warehouse.safe_url(url)
+    try:
+        with warehouse.connect(engine) as conn:
+            warehouse.create_reader_role(conn, password, owner=args.owner)
+            conn.commit()
+    except warehouse.WarehouseUnavailable as exc:
+        raise CliError(str(exc), EXIT_UNAVAILABLE) from None
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise CliError(f"cannot create {warehouse.READER_ROLE} in {where}: {reason}") from None
+    finally:
+        engine.dispose()
+    print(f"{warehouse.READER_ROLE} created or updated in {where} (read-only, SELECT on the "
+          "serve views)")
+    return 0
+
+
+def cmd_grafana(args: argparse.Namespace) -> int:
+    return int(args.grafana_func(args))
+
+
+def _grafana_common(args: argparse.Namespace) -> dict[str, Any]:
+    """What provision and publish share: the rules, where Grafana reaches the warehouse,
+    whether Grafana alerting is on and the snapshot interval."""
+    from groupscope.serve.grafana.alerting import AlertingError, enabled_from_env
+    from groupscope.serve.grafana.provision import Warehouse
+
+    settings = load_settings()
+    rules = _rules(args.rules or (str(settings.alert_rules) if settings.alert_rules else None))
+    host, port, database, sslmode = "warehouse", 5432, "groupscope", "disable"
+    url = reveal(settings.warehouse_url)
+    if url:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        host, port = parsed.host or host, parsed.port or port
+        database = parsed.database or database
+        query_sslmode = parsed.query.get("sslmode")
+        sslmode = query_sslmode if isinstance(query_sslmode, str) else sslmode
+    warehouse = Warehouse(args.db_host or host, args.db_port or port,
+                          args.database or database, args.sslmode or sslmode)
+    enabled = args.grafana_alerting or enabled_from_env(os.environ)
+    try:
+        from groupscope.serve.grafana.alerting import grafana_rules
+
+        grafana_rules(rules, enabled=enabled, snapshot_every=settings.snapshot_every)
+    except AlertingError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    return {"rules": rules, "warehouse": warehouse, "grafana_alerting": enabled,
+            "snapshot_every": settings.snapshot_every}
+
+
+def cmd_grafana_provision(args: argparse.Namespace) -> int:
+    from groupscope.serve.grafana.provision import write_tree
+
+    common = _grafana_common(args)
+    written = write_tree(Path(args.directory), common["rules"], warehouse=common["warehouse"],
+                         grafana_alerting=common["grafana_alerting"],
+                         snapshot_every=common["snapshot_every"], environ=os.environ,
+                         all_channels=args.all_channels, mount_path=args.mount_path)
+    for path in written:
+        print(path)
+    state = "ON (unpaused)" if common["grafana_alerting"] else "paused"
+    print(f"Grafana alert rules: {state}; datasource {common['warehouse'].url}/"
+          f"{common['warehouse'].database} as grafana_reader")
+    return 0
+
+
+def cmd_grafana_publish(args: argparse.Namespace) -> int:
+    from groupscope.serve.grafana.publish import PublishError, credentials_from_env, publish
+
+    common = _grafana_common(args)
+    try:
+        credentials = credentials_from_env(os.environ)
+        outcomes = publish(args.url, common["rules"], credentials=credentials,
+                           warehouse=common["warehouse"], environ=os.environ,
+                           grafana_alerting=common["grafana_alerting"],
+                           snapshot_every=common["snapshot_every"], timeout=args.timeout)
+    except PublishError as exc:
+        raise CliError(str(exc), EXIT_UNAVAILABLE) from None
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.action] = counts.get(outcome.action, 0) + 1
+    print("published to " + args.url.rstrip("/") + ": " + ", ".join(
+        f"{n} {action}" for action, n in sorted(counts.items())))
+    return 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -366,6 +487,17 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
                       help="the warehouse (default: WAREHOUSE_URL)")
     load.add_argument("--landing", required=True, metavar="DIR")
     load.add_argument("--cluster")
+    reader = wh_sub.add_parser(
+        "create-reader", help="create or update grafana_reader, the read-only role Grafana "
+                              "logs in as",
+        description=f"Runs as an admin role that may create roles: {ADMIN_URL_ENV} (or "
+                    "--admin-url without a password; then PGPASSWORD or ~/.pgpass). The "
+                    f"reader's password comes from {READER_PASSWORD_ENV} only.")
+    reader.add_argument("--admin-url", metavar="URL",
+                        help=f"the warehouse as the admin role (default: {ADMIN_URL_ENV}); "
+                             "no password in it")
+    reader.add_argument("--owner", help="the role owning the warehouse schemas (default: the "
+                                        "database's owner)")
     wh.set_defaults(func=cmd_warehouse)
 
     sim = sub.add_parser(
@@ -438,6 +570,42 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     ac.add_argument("file", metavar="FILE")
     ac.set_defaults(alerts_func=cmd_alerts_check_rules)
     alerts.set_defaults(func=cmd_alerts)
+
+    grafana = sub.add_parser("grafana", help="Grafana: the provisioning tree, or publish to a "
+                                             "running Grafana (docs/grafana.md)")
+    grafana_sub = grafana.add_subparsers(dest="action", required=True)
+    gp = grafana_sub.add_parser(
+        "provision", help="write the provisioning tree (datasource, dashboards, alerting) for "
+                          "a Grafana to mount at /etc/grafana/provisioning")
+    gp.add_argument("directory", metavar="DIR")
+    gp.add_argument("--mount-path", default="/etc/grafana/provisioning",
+                    help="where Grafana sees DIR (default /etc/grafana/provisioning)")
+    gp.add_argument("--all-channels", action="store_true",
+                    help="a contact point for every channel, even those whose "
+                         "GROUPSCOPE_ALERT_<NAME>_URL is not set here")
+    gp.set_defaults(grafana_func=cmd_grafana_provision)
+    gpub = grafana_sub.add_parser(
+        "publish", help="push the datasource, folder, dashboards and alerting to a running "
+                        "Grafana (by uid; GRAFANA_TOKEN or GRAFANA_USER/GRAFANA_PASSWORD)")
+    gpub.add_argument("--url", required=True, help="Grafana's base URL, e.g. "
+                                                   "http://localhost:3000 (no credentials)")
+    gpub.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    gpub.set_defaults(grafana_func=cmd_grafana_publish)
+    for command in (gp, gpub):
+        command.add_argument("--rules", metavar="FILE",
+                             help="the alert rules file (default: GROUPSCOPE_ALERT_RULES)")
+        command.add_argument("--db-host", help="the warehouse host as Grafana reaches it "
+                                               "(default: WAREHOUSE_URL's, else warehouse)")
+        command.add_argument("--db-port", help="default: WAREHOUSE_URL's, else 5432")
+        command.add_argument("--database", help="default: WAREHOUSE_URL's, else groupscope")
+        command.add_argument("--sslmode", choices=["disable", "require", "verify-ca",
+                                                   "verify-full"],
+                             help="default: WAREHOUSE_URL's sslmode, else disable")
+        command.add_argument("--grafana-alerting", action="store_true",
+                             help="unpause the Grafana alert rules (also "
+                                  "GROUPSCOPE_GRAFANA_ALERTING=1); then turn the Airflow "
+                                  "channels off, or both notify")
+    grafana.set_defaults(func=cmd_grafana)
 
     return parser
 
