@@ -133,8 +133,11 @@ def test_the_migrations_name_the_contracts_statuses_and_time_lag_kinds() -> None
 
 
 def test_the_group_status_mart_counts_every_partition_status() -> None:
+    # Only the statements that define the table: views over it (serve) name other counts.
+    defining = re.compile(r"\b(CREATE|ALTER)\s+TABLE\s+(IF\s+NOT\s+EXISTS\s+)?mart\.group_status\b",
+                          re.I)
     columns = {c for statements in _statements("group_status") for st in statements
-               for c in re.findall(r"\b(\w+_partitions)\b", st)}
+               if defining.search(st) for c in re.findall(r"\b(\w+_partitions)\b", st)}
     assert columns == {count_column(s) for s in PartitionStatus}
 
 
