@@ -27,15 +27,6 @@ ONE_SHOT = "service_completed_successfully"
 CONDITIONS = {"service_healthy", ONE_SHOT}
 # Variables that hold secrets: always required (${VAR:?...}), never given a default.
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|_KEY$")
-# A file the compose mounts that another change of issue 14 writes (the grafana_reader SQL, §1).
-# Until it lands, the two tests that need it check everything else and then xfail naming it.
-PENDING = ("src/groupscope/warehouse/reader_role.sql",)
-
-
-def _missing_pending() -> list[str]:
-    return [path for path in PENDING if not (ROOT / path).exists()]
-
-
 def _validator() -> ModuleType:
     path = ROOT / "dev" / "compose-validator"
     loader = SourceFileLoader("compose_validator", str(path))
@@ -100,11 +91,7 @@ def test_the_pinned_schema_is_compose_gos_own() -> None:
 
 
 def test_the_compose_file_is_valid_for_compose() -> None:
-    missing = _missing_pending()
-    errors = cv.validate(COMPOSE, ENV_EXAMPLE)
-    assert [e for e in errors if not any(path in e for path in missing)] == []
-    if errors:
-        pytest.xfail(f"not in the checkout yet: {', '.join(missing)}")
+    assert cv.validate(COMPOSE, ENV_EXAMPLE) == []
 
 
 def test_the_validator_rejects_what_compose_rejects(tmp_path: Path) -> None:
@@ -348,9 +335,8 @@ def test_the_provisioned_datasource_is_the_reader(tmp_path: Path) -> None:
         return next((dict(a.choices) for a in parser._actions
                      if isinstance(a, argparse._SubParsersAction)), {})
 
-    grafana = commands(cli.build_parser(load_settings())).get("grafana")
-    if grafana is None or "provision" not in commands(grafana):
-        pytest.skip("groupscope grafana provision is not in this checkout yet")
+    grafana = commands(cli.build_parser(load_settings()))["grafana"]
+    assert "provision" in commands(grafana)
     assert cli.main(["grafana", "provision", str(tmp_path)]) == 0
 
     sources = [s for f in sorted((tmp_path / "datasources").glob("*.y*ml"))
@@ -365,7 +351,7 @@ def test_what_the_file_mounts_and_builds_from_exists(raw: dict[str, Any]) -> Non
     for name, service in raw["services"].items():
         for mount in service.get("volumes") or []:
             source, kind = cv._mount_source(mount)
-            if kind == "bind" and source.removeprefix("./") not in _missing_pending():
+            if kind == "bind":
                 assert (ROOT / source).exists(), f"{name}: {source}"
     dockerfile = (ROOT / "Dockerfile").read_text()
     for source in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", dockerfile, re.M):
@@ -379,8 +365,6 @@ def test_what_the_file_mounts_and_builds_from_exists(raw: dict[str, Any]) -> Non
     text = COMPOSE.read_text()
     for path in re.findall(r"/opt/groupscope/deploy/(\S+?)[\"\s]", text):
         assert (ROOT / "deploy" / path).is_file(), path
-    if _missing_pending():
-        pytest.xfail(f"not in the checkout yet: {', '.join(_missing_pending())}")
 
 
 def _docker_context_keeps(path: str) -> bool:
