@@ -228,6 +228,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         catcher = WebhookCatcher(stack.state_dir / "webhook")
         catcher.start()
         alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = catcher.url
+    grafana = _grafana_provisioning(stack.state_dir / "grafana", env["WAREHOUSE_URL"], args.every)
     worker_logs, trigger_logs = free_ports(2)
     airflow = LocalAirflow(
         stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
@@ -251,7 +252,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         for dag_id in dag_ids:
             airflow.unpause(dag_id)
         print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
-                      catcher.folder if catcher else None, dag_ids), flush=True)
+                      catcher.folder if catcher else None, dag_ids, grafana), flush=True)
         started = time.monotonic()
         while not stop_requested:
             _sleep_unless(lambda: stop_requested, args.status_every)
@@ -290,9 +291,29 @@ def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[st
                      f"{airflow.home / 'standalone.log'} and the DAG processor's log")
 
 
+def _grafana_provisioning(folder: Path, warehouse_url: str, every_s: float) -> Path:
+    """The Grafana provisioning of this stack (``groupscope grafana provision``, pointed at the
+    dev PostgreSQL): a Grafana 12 that mounts it shows the dashboards over this warehouse."""
+    from datetime import timedelta
+
+    from sqlalchemy.engine import make_url
+
+    from groupscope.serve.grafana.provision import Warehouse, write_tree
+    from groupscope.serve.rules import load_rules
+
+    url = make_url(warehouse_url)
+    write_tree(folder, load_rules(None),
+               warehouse=Warehouse(host=url.host or "127.0.0.1", port=url.port or 5432,
+                                   database=url.database or "groupscope"),
+               snapshot_every=timedelta(seconds=every_s))
+    return folder
+
+
 def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, alert_log: Path,
-            mail_folder: Path, webhook_folder: Path | None, dag_ids: list[str]) -> str:
+            mail_folder: Path, webhook_folder: Path | None, dag_ids: list[str],
+            grafana: Path) -> str:
     from groupscope.warehouse import safe_url
+    from groupscope_dev.postgres import READER_PASSWORD
 
     return "\n".join([
         "",
@@ -303,8 +324,11 @@ def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, aler
         "                  e.g. psql \"$(grep WAREHOUSE_URL " + str(stack.env_file)
         + " | cut -d= -f2-)\" -c 'SELECT * FROM mart.group_lag ORDER BY snapshot_ts DESC"
         " LIMIT 20'",
-        "  dashboards      the Grafana dashboards are not built yet; they will read the"
-        " mart.* tables above",
+        "  dashboards      push them to your Grafana 12: GRAFANA_TOKEN=... env $(cat "
+        f"{stack.env_file}) GROUPSCOPE_READER_PASSWORD={READER_PASSWORD}"
+        " .venv/bin/groupscope grafana publish --url URL",
+        f"                  or mount {grafana} at /etc/grafana/provisioning"
+        f" (Grafana's environment: GROUPSCOPE_READER_PASSWORD={READER_PASSWORD})",
         f"  Kafka           {env['KAFKA_BOOTSTRAP']}",
         f"  landing zone    {landing}",
         "  alerts          checked after every live run; open incidents:",

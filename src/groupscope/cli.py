@@ -101,6 +101,7 @@ def cmd_warehouse_create_reader(args: argparse.Namespace) -> int:
     """Creates or updates grafana_reader as a role that may create roles (a superuser or a
     DBA); the admin URL from WAREHOUSE_ADMIN_URL or --admin-url (without a password: PGPASSWORD
     or ~/.pgpass), the reader's password from GROUPSCOPE_READER_PASSWORD only."""
+    import psycopg
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -130,7 +131,8 @@ def cmd_warehouse_create_reader(args: argparse.Namespace) -> int:
             conn.commit()
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(str(exc), EXIT_UNAVAILABLE) from None
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, psycopg.Error) as exc:
+        # (the role's SQL runs on the raw psycopg connection: its errors arrive unwrapped)
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise CliError(f"cannot create {warehouse.READER_ROLE} in {where}: {reason}") from None
     finally:
