@@ -143,7 +143,13 @@ def cmd_warehouse_create_reader(args: argparse.Namespace) -> int:
 
 
 def cmd_grafana(args: argparse.Namespace) -> int:
-    return int(args.grafana_func(args))
+    try:
+        return int(args.grafana_func(args))
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("grafana_foundation_sdk", "grafana_client"):
+            raise
+        raise CliError(f"the grafana commands need {exc.name}: install the grafana extra "
+                       "(pip install 'groupscope[grafana]')", EXIT_USAGE) from None
 
 
 def _grafana_common(args: argparse.Namespace) -> dict[str, Any]:

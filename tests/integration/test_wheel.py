@@ -109,9 +109,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     venv = base / "venv"
     _run([str(UV), "venv", "--quiet", "--python", sys.executable, str(venv)], base, env)
     python = venv / "bin" / "python"
-    # The core dependencies and the spark extra, pinned by the lock; not the airflow extra.
+    # The core dependencies, the spark and grafana extras, pinned by the lock; not airflow.
     _run([str(UV), "pip", "install", "--quiet", "--python", str(python),
-          "-c", str(ROOT / "requirements.lock"), f"{wheels[0]}[spark]"], base, env,
+          "-c", str(ROOT / "requirements.lock"), f"{wheels[0]}[spark,grafana]"], base, env,
          timeout=600)
     timings["install"] = time.monotonic() - started
     print(f"wheel: built in {timings['build']:.1f}s, installed in {timings['install']:.1f}s")
@@ -182,6 +182,14 @@ def test_the_venv_runs_the_installed_wheel_with_locked_dependencies(
     checked = _run([str(venv / "bin" / "groupscope"), "alerts", "check-rules", "rules.yaml"],
                    work, _outside_env(venv)).stdout
     assert "rules.yaml: OK: 10 rules" in checked and "group_empty_lag_growing" in checked
+
+    # The dashboards are code in the package: the provisioning tree builds from the wheel.
+    _run([str(venv / "bin" / "groupscope"), "grafana", "provision", "provisioning"], work,
+         _outside_env(venv))
+    provisioned = work / "provisioning"
+    assert len(list((provisioned / "dashboards" / "groupscope").glob("*.json"))) == 5
+    assert "grafana_reader" in (provisioned / "datasources" / "groupscope.yaml").read_text()
+    assert (provisioned / "alerting" / "groupscope.yaml").is_file()
 
 
 @pytest.fixture
