@@ -50,7 +50,9 @@ TAGS = ["groupscope", "kafka", "consumer-groups"]
 # quotes doubled; multi-values comma-joined), never spliced raw.
 CLUSTER = "cluster = ${cluster:sqlstring}"
 GROUP_ID = "group_id = ${group:sqlstring}"
-TOPICS = "topic IN (${topic:sqlstring})"
+# An array, not IN (...): a group without topics (or a name Grafana escapes into no match)
+# leaves the variable empty, and ARRAY[]::text[] still parses where IN () does not.
+TOPICS = "topic = ANY(ARRAY[${topic:sqlstring}]::text[])"
 
 RECORDS = "short"  # lag in records: counted, SI-abbreviated; titles and axes say "records"
 SECONDS = "s"
@@ -294,7 +296,7 @@ def group_variable() -> dashboard_builders.QueryVariable:
 
 def topic_variable() -> dashboard_builders.QueryVariable:
     # Include-all without a custom all value: Grafana expands "All" to every option, each
-    # quoted by :sqlstring and comma-joined, so `topic IN (${topic:sqlstring})` holds.
+    # quoted by :sqlstring and comma-joined into the ARRAY[...] of TOPICS.
     return _variable("topic", "Topic", "SELECT topic FROM serve.group_topics WHERE " + CLUSTER
                      + " AND " + GROUP_ID + " ORDER BY topic", multi=True, include_all=True)
 
