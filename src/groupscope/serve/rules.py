@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -203,12 +203,15 @@ class Rule(_Strict):
         """The rule for one subject (``group`` is '' for the cluster-level conditions): the
         overrides whose regexes fully match, in file order, a later one winning field by
         field; labels merged."""
+        return self.applying([o for o in self.overrides if o.matches(cluster, group)])
+
+    def applying(self, overrides: Iterable[Override]) -> EffectiveRule:
+        """The rule with ``overrides`` applied in order, a later one winning field by field;
+        labels merged (Grafana's export applies each combination of overrides with it)."""
         severity: Severity = self.severity
         threshold, for_, runbook, enabled = self.threshold, self.for_, self.runbook, self.enabled
         labels = dict(self.labels)
-        for override in self.overrides:
-            if not override.matches(cluster, group):
-                continue
+        for override in overrides:
             severity = override.severity if override.severity is not None else severity
             threshold = override.threshold if override.threshold is not None else threshold
             for_ = override.for_ if override.for_ is not None else for_

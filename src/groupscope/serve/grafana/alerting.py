@@ -253,18 +253,9 @@ def _mask(rule: Rule, cluster: str, group: str) -> int:
 def _apply(rule: Rule, mask: int) -> tuple[Any, ...]:
     """The effective (enabled, threshold, for, severity, labels, runbook) for a mask, as
     ``Rule.effective`` computes them: matching overrides in file order, later ones winning."""
-    severity, threshold, for_ = rule.severity, rule.threshold, rule.for_
-    runbook, enabled, labels = rule.runbook, rule.enabled, dict(rule.labels)
-    for i, override in enumerate(rule.overrides):
-        if not mask & (1 << i):
-            continue
-        severity = override.severity if override.severity is not None else severity
-        threshold = override.threshold if override.threshold is not None else threshold
-        for_ = override.for_ if override.for_ is not None else for_
-        runbook = override.runbook if override.runbook is not None else runbook
-        enabled = override.enabled if override.enabled is not None else enabled
-        labels.update(override.labels)
-    return (enabled, threshold, for_, severity, tuple(sorted(labels.items())), runbook)
+    rule_ = rule.applying(o for i, o in enumerate(rule.overrides) if mask & (1 << i))
+    return (rule_.enabled, rule_.threshold, rule_.for_, rule_.severity,
+            tuple(sorted(rule_.labels.items())), rule_.runbook)
 
 
 def variants(rule: Rule) -> list[Variant]:
