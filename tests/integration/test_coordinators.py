@@ -1,18 +1,30 @@
 """Group coordinators on a real 3-broker cluster: the hashing formula agrees with the brokers,
-and after the coordinator's broker stops, the snapshot names the new one."""
+and after the coordinator's broker stops, the snapshot names the new one, and the
+Coordinators and brokers dashboard's move panels show the move (read as grafana_reader from
+the two snapshots loaded into a warehouse)."""
 
 from __future__ import annotations
 
 import subprocess
 import textwrap
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from conftest import unique
 from kafkautil import admin, commit_offsets, create_topic, take_snapshot, wait_until
 
+from groupscope import pipeline, warehouse
+from groupscope.contract.model import Snapshot
 from groupscope.kafka.coordinator import java_string_hashcode, offsets_partition_for
+from groupscope.serve.grafana import READER_ROLE
+from groupscope.serve.grafana.dashboards import build_all
+from groupscope.serve.grafana.macros import expand
 from groupscope_dev.kafka import KafkaCluster, require_java
+from groupscope_dev.postgres import READER_PASSWORD, LocalPostgres
 
 pytestmark = pytest.mark.integration
 
@@ -72,12 +84,14 @@ def test_formula_matches_described_coordinators(kafka3: KafkaCluster) -> None:
 
 
 @pytest.mark.cluster3
-def test_coordinator_moves_when_its_broker_stops(kafka3: KafkaCluster) -> None:
+def test_coordinator_moves_when_its_broker_stops(kafka3: KafkaCluster, postgres: LocalPostgres,
+                                                tmp_path: Path) -> None:
     topic = unique("move")
     create_topic(kafka3.bootstrap, topic, 3, replication=3)
     group = unique("moving")
     commit_offsets(kafka3.bootstrap, group, {(topic, 0): 0, (topic, 2): 0})
-    before = next(g for g in take_snapshot(kafka3.bootstrap).groups if g.group_id == group)
+    first = take_snapshot(kafka3.bootstrap)
+    before = next(g for g in first.groups if g.group_id == group)
     old = before.coordinator_id
     assert old is not None and old == before.expected_coordinator_id
 
@@ -108,3 +122,45 @@ def test_coordinator_moves_when_its_broker_stops(kafka3: KafkaCluster) -> None:
     finally:
         kafka3.start_node(old)
         kafka3.wait_ready()
+    moves = _move_panels(postgres, tmp_path, [first, snapshot])
+    assert moves["Coordinator moves per hour"], moves
+    assert (group, old, moved.coordinator_id) in {
+        (r["group_id"], r["from_coordinator"], r["to_coordinator"])
+        for r in moves["Coordinator moves"]}
+
+
+def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for panel in panels:
+        yield panel
+        yield from _panels(panel.get("panels") or [])
+
+
+def _move_panels(postgres: LocalPostgres, tmp_path: Path,
+                 snapshots: list[Snapshot]) -> dict[str, list[dict[str, Any]]]:
+    """The rows of the dashboard's coordinator-move panels over a warehouse holding only
+    ``snapshots``, read as grafana_reader (the one-broker warehouse of test_grafana_queries
+    cannot have a move)."""
+    database = unique("moves").replace("-", "_")
+    url = postgres.create_database(database)
+    engine = warehouse.engine_for(url)
+    try:
+        warehouse.migrate(engine)
+        for snapshot in snapshots:
+            warehouse.load_landed(engine, pipeline.land_snapshot(snapshot, tmp_path))
+    finally:
+        engine.dispose()
+    dashboard = build_all()["groupscope-coordinators"]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with psycopg.connect(postgres.database_url(database, READER_ROLE, READER_PASSWORD)) as conn:
+        for panel in _panels(dashboard["panels"]):
+            if panel.get("title") not in ("Coordinator moves per hour", "Coordinator moves"):
+                continue
+            sql = expand(panel["targets"][0]["rawSql"],
+                         time_from=snapshots[0].snapshot_ts - timedelta(hours=1),
+                         time_to=datetime.now(UTC) + timedelta(minutes=1),
+                         variables={"cluster": snapshots[0].cluster})
+            cursor = conn.execute(sql)
+            names = [c.name for c in cursor.description or []]
+            rows[panel["title"]] = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+    postgres.drop_database(database)
+    return rows

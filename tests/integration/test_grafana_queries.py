@@ -44,8 +44,9 @@ MAIN = HOSTILE[0]  # the group every group panel must show rows for: hostile on 
 # Panels that cannot have rows here, with the reason. Nothing else may come back empty.
 NO_ROWS_EXPECTED = {
     # A coordinator moves when the broker leading its __consumer_offsets partition changes:
-    # the test Kafka has one broker, so there is nowhere to move to (tests/integration/
-    # test_coordinators.py moves coordinators on the three-broker cluster).
+    # the test Kafka has one broker, so there is nowhere to move to. tests/integration/
+    # test_coordinators.py moves a coordinator on the three-broker cluster and checks that
+    # these two panels show the move, as grafana_reader.
     ("groupscope-coordinators", "Coordinator moves per hour"),
     ("groupscope-coordinators", "Coordinator moves"),
 }
