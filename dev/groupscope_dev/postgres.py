@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from groupscope.warehouse import READER_ROLE
 from groupscope_dev import StackError
 from groupscope_dev.ports import LOOPBACK, require_free, wait_for_port
 
@@ -28,9 +29,8 @@ ROLE = "groupscope"
 # A development-only credential for a server bound to 127.0.0.1; production warehouses are
 # configured through WAREHOUSE_URL / Airflow connections.
 PASSWORD = "groupscope"  # noqa: S105
-# The read-only role Grafana logs in as (groupscope.warehouse.READER_ROLE), created by the
-# superuser with the project's reader_role.sql; likewise a development-only credential.
-READER_ROLE = "grafana_reader"
+# The read-only role Grafana logs in as (READER_ROLE), created by the superuser with the
+# project's reader_role.sql; its password is likewise a development-only credential.
 READER_PASSWORD = "grafana-reader"  # noqa: S105
 
 

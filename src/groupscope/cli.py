@@ -14,6 +14,7 @@ from typing import Any
 
 from groupscope.contract.cluster import ClusterConfig, ConfigError
 from groupscope.kafka.admin import ClusterUnavailable
+from groupscope.serve.grafana import READER_PASSWORD_ENV
 from groupscope.settings import Settings, SettingsError, load_settings, reveal
 
 EXIT_USAGE = 2
@@ -94,7 +95,8 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
 
 
 ADMIN_URL_ENV = "WAREHOUSE_ADMIN_URL"
-READER_PASSWORD_ENV = "GROUPSCOPE_READER_PASSWORD"  # noqa: S105 - a variable name
+# The sslmodes Grafana's PostgreSQL datasource takes.
+GRAFANA_SSLMODES = ("disable", "require", "verify-ca", "verify-full")
 
 
 def cmd_warehouse_create_reader(args: argparse.Namespace) -> int:
@@ -169,7 +171,13 @@ def _grafana_common(args: argparse.Namespace) -> dict[str, Any]:
         host, port = parsed.host or host, parsed.port or port
         database = parsed.database or database
         query_sslmode = parsed.query.get("sslmode")
-        sslmode = query_sslmode if isinstance(query_sslmode, str) else sslmode
+        if isinstance(query_sslmode, str):
+            # Grafana's datasource knows no libpq "prefer" or "allow": both may run without TLS.
+            sslmode = ("disable" if query_sslmode in ("prefer", "allow") else query_sslmode)
+        if sslmode not in GRAFANA_SSLMODES and not args.sslmode:
+            raise CliError(f"WAREHOUSE_URL's sslmode={sslmode} is not one Grafana's PostgreSQL "
+                           f"datasource takes ({', '.join(GRAFANA_SSLMODES)}): give --sslmode",
+                           EXIT_USAGE)
     warehouse = Warehouse(args.db_host or host, args.db_port or port,
                           args.database or database, args.sslmode or sslmode)
     enabled = args.grafana_alerting or enabled_from_env(os.environ)
@@ -606,8 +614,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
                                                "(default: WAREHOUSE_URL's, else warehouse)")
         command.add_argument("--db-port", help="default: WAREHOUSE_URL's, else 5432")
         command.add_argument("--database", help="default: WAREHOUSE_URL's, else groupscope")
-        command.add_argument("--sslmode", choices=["disable", "require", "verify-ca",
-                                                   "verify-full"],
+        command.add_argument("--sslmode", choices=GRAFANA_SSLMODES,
                              help="default: WAREHOUSE_URL's sslmode, else disable")
         command.add_argument("--grafana-alerting", action="store_true",
                              help="unpause the Grafana alert rules (also "

@@ -25,6 +25,9 @@ ALTER ROLE grafana_reader WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHER
   NOREPLICATION NOBYPASSRLS PASSWORD :'reader_password';
 ALTER ROLE grafana_reader SET default_transaction_read_only = on;
 ALTER ROLE grafana_reader SET statement_timeout = '10s';
+-- Grafana's ${var:sqlstring} doubles ' and leaves \ alone: safe only while a backslash is an
+-- ordinary character in a string literal (the default since PostgreSQL 9.1; pinned here).
+ALTER ROLE grafana_reader SET standard_conforming_strings = on;
 
 DO $$
 BEGIN

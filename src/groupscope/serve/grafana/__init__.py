@@ -15,6 +15,9 @@ DATASOURCE_NAME = "groupscope warehouse"
 
 # The read-only warehouse role Grafana logs in as (SELECT on the ``serve`` schema only).
 READER_ROLE = "grafana_reader"
+# The environment variable holding its password, wherever it is needed (Grafana's datasource
+# reads it as $__env{...}; create-reader and publish read it).
+READER_PASSWORD_ENV = "GROUPSCOPE_READER_PASSWORD"  # noqa: S105 - a variable name
 SERVE_SCHEMA = "serve"
 
 FOLDER_UID = "groupscope"

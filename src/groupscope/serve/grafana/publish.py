@@ -32,8 +32,14 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from groupscope.serve.grafana import DATASOURCE_UID, FOLDER_TITLE, FOLDER_UID, alerting
-from groupscope.serve.grafana.provision import READER_PASSWORD_ENV, Warehouse, datasource
+from groupscope.serve.grafana import (
+    DATASOURCE_UID,
+    FOLDER_TITLE,
+    FOLDER_UID,
+    READER_PASSWORD_ENV,
+    alerting,
+)
+from groupscope.serve.grafana.provision import Warehouse, datasource
 from groupscope.serve.rules import RuleSet
 
 TOKEN_ENV = "GRAFANA_TOKEN"  # noqa: S105 - variable names

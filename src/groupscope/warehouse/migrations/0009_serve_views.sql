@@ -82,13 +82,18 @@ SELECT cluster, group_id, status, lag_records, max_time_lag_s, time_lag_kind, me
 FROM serve.group_status_latest;
 
 -- The groups of each cluster (the group variable): those at the newest raw snapshot and those
--- the status mart judged at its newest snapshot.
+-- the status mart judged at its newest snapshot, once each (the raw row's type and state
+-- first: it is the newer).
 CREATE VIEW serve.groups AS
-SELECT g.cluster, g.group_id, g.group_type, g.state
-FROM serve.latest_snapshots t
-JOIN raw.consumer_groups g ON g.cluster = t.cluster AND g.snapshot_ts = t.raw_snapshot_time
-UNION
-SELECT s.cluster, s.group_id, s.group_type, s.state FROM serve.group_status_latest s;
+SELECT DISTINCT ON (cluster, group_id) cluster, group_id, group_type, state
+FROM (SELECT g.cluster, g.group_id, g.group_type, g.state, 0 AS preference
+      FROM serve.latest_snapshots t
+      JOIN raw.consumer_groups g
+        ON g.cluster = t.cluster AND g.snapshot_ts = t.raw_snapshot_time
+      UNION ALL
+      SELECT s.cluster, s.group_id, s.group_type, s.state, 1
+      FROM serve.group_status_latest s) found
+ORDER BY cluster, group_id, preference;
 
 -- The topics each group consumes, at the newest status snapshot (the topic variable).
 CREATE VIEW serve.group_topics AS
@@ -158,8 +163,8 @@ SELECT snapshot_ts AS "time", cluster, group_id, state, group_type, assignor,
        member_count AS members, coordinator_id AS coordinator, described
 FROM raw.consumer_groups;
 
--- Members and their assignment now (the newest raw snapshot of the cluster), with the
--- member's lag where the marts have computed that snapshot.
+-- Members and their assignment now: at the newest snapshot the status marts have computed
+-- (the one the headline stats show, so lag is there), or the newest raw one before any.
 CREATE VIEW serve.members_now AS
 SELECT gm.cluster, gm.group_id, gm.member_id, gm.client_id, gm.host, gm.instance_id,
        count(a.partition)::integer AS assigned_partitions,
@@ -169,7 +174,9 @@ SELECT gm.cluster, gm.group_id, gm.member_id, gm.client_id, gm.host, gm.instance
        ml.max_time_lag_estimated_s AS time_lag_estimated_s,
        gm.snapshot_ts AS snapshot_time
 FROM serve.latest_snapshots t
-JOIN raw.group_members gm ON gm.cluster = t.cluster AND gm.snapshot_ts = t.raw_snapshot_time
+JOIN raw.group_members gm
+  ON gm.cluster = t.cluster
+ AND gm.snapshot_ts = coalesce(t.status_snapshot_time, t.raw_snapshot_time)
 LEFT JOIN raw.member_assignments a
   ON a.cluster = gm.cluster AND a.snapshot_ts = gm.snapshot_ts AND a.group_id = gm.group_id
  AND a.member_id = gm.member_id AND a.kind = 'current'
@@ -179,14 +186,15 @@ LEFT JOIN mart.member_lag ml
 GROUP BY gm.cluster, gm.group_id, gm.member_id, gm.client_id, gm.host, gm.instance_id,
          ml.lag, ml.max_time_lag_exact_s, ml.max_time_lag_estimated_s, gm.snapshot_ts;
 
--- The assignment now, one row per assigned partition, with its lag where computed.
+-- The assignment now (the same snapshot as members_now), one row per assigned partition.
 CREATE VIEW serve.assignment_now AS
 SELECT a.cluster, a.group_id, a.member_id, gm.client_id, gm.host, a.topic, a.partition,
        pl.lag AS lag_records, pl.committed_offset, pl.high_watermark,
        a.snapshot_ts AS snapshot_time
 FROM serve.latest_snapshots t
 JOIN raw.member_assignments a
-  ON a.cluster = t.cluster AND a.snapshot_ts = t.raw_snapshot_time AND a.kind = 'current'
+  ON a.cluster = t.cluster AND a.snapshot_ts = coalesce(t.status_snapshot_time, t.raw_snapshot_time)
+ AND a.kind = 'current'
 LEFT JOIN raw.group_members gm
   ON gm.cluster = a.cluster AND gm.snapshot_ts = a.snapshot_ts AND gm.group_id = a.group_id
  AND gm.member_id = a.member_id
@@ -282,20 +290,19 @@ SELECT snapshot_ts AS "time", cluster, coalesce(coordinator_id::text, 'unknown')
 FROM raw.consumer_groups
 GROUP BY snapshot_ts, cluster, coalesce(coordinator_id::text, 'unknown');
 
--- Coordinator moves: a group whose coordinator differs from the one at the cluster's
--- previous snapshot.
+-- Coordinator moves: a group whose coordinator differs from the last one known before (the
+-- snapshots in between may have none: a failover, a failed describe, a partial snapshot).
 CREATE VIEW serve.coordinator_moves AS
 SELECT g.snapshot_ts AS "time", g.cluster, g.group_id,
        p.coordinator_id AS from_coordinator, g.coordinator_id AS to_coordinator,
        g.expected_coordinator_id AS expected_coordinator
 FROM raw.consumer_groups g
 JOIN LATERAL (
-    SELECT max(s.snapshot_ts) AS snapshot_ts FROM raw.snapshots s
-    WHERE s.cluster = g.cluster AND s.snapshot_ts < g.snapshot_ts) previous ON true
-JOIN raw.consumer_groups p
-  ON p.cluster = g.cluster AND p.snapshot_ts = previous.snapshot_ts AND p.group_id = g.group_id
-WHERE g.coordinator_id IS NOT NULL AND p.coordinator_id IS NOT NULL
-  AND g.coordinator_id <> p.coordinator_id;
+    SELECT c.coordinator_id FROM raw.consumer_groups c
+    WHERE c.cluster = g.cluster AND c.group_id = g.group_id AND c.snapshot_ts < g.snapshot_ts
+      AND c.coordinator_id IS NOT NULL
+    ORDER BY c.snapshot_ts DESC LIMIT 1) p ON true
+WHERE g.coordinator_id IS NOT NULL AND g.coordinator_id <> p.coordinator_id;
 
 -- Collector health per cluster, as of now(): the newest snapshot and the newest complete one
 -- and their ages, completeness and errors over the last 24 hours.
