@@ -26,8 +26,10 @@ one-line message, so every DAG file shows it as its import error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -146,24 +148,36 @@ class AnalyticsJobOperator(SparkSubmitOperator):
 
         start, end = run_interval(context)
         start, end = analytics_interval(start, end, self.hourly)
+        with self.connect_session(f"groupscope-{self.job}-{self.cluster}") as spark:
+            if spark is None:
+                self.submit_interval(context, start, end)
+                return
+            from groupscope import pipeline
+            from groupscope.analyze.io import Interval
+            from groupscope.analyze.jobs import DEFAULT_LOOKBACK, JobArgs
+
+            self.log.info("%s job for cluster %s over [%s, %s)", self.job, self.cluster,
+                          start.isoformat(), end.isoformat())
+            job = JobArgs(self.landing, self.cluster, Interval(start, end),
+                          warehouse_url(self.warehouse_conn_id), DEFAULT_LOOKBACK)
+            self.log.info("rows written per mart: %s", pipeline.analytics(spark, job, self.job))
+
+    @contextlib.contextmanager
+    def connect_session(self, name: str) -> Iterator[Any]:
+        """A session on the Spark Connect server of ``connect_conn_id``, stopped at the end
+        (this session only: the server keeps running); None without that connection."""
         remote = spark_connect_url(self.connect_conn_id) if self.connect_conn_id else None
         if remote is None:
-            self.submit_interval(context, start, end)
+            yield None
             return
-        from groupscope import pipeline
-        from groupscope.analyze.io import Interval, session
-        from groupscope.analyze.jobs import DEFAULT_LOOKBACK, JobArgs
+        from groupscope.analyze.io import session
 
-        self.log.info("%s job for cluster %s over [%s, %s) on Spark Connect (connection %s)",
-                      self.job, self.cluster, start.isoformat(), end.isoformat(),
-                      self.connect_conn_id)
-        job = JobArgs(self.landing, self.cluster, Interval(start, end),
-                      warehouse_url(self.warehouse_conn_id), DEFAULT_LOOKBACK)
-        spark = session(f"groupscope-{self.job}-{self.cluster}", remote=remote)
+        self.log.info("on Spark Connect (connection %s)", self.connect_conn_id)
+        spark = session(name, remote=remote)
         try:
-            self.log.info("rows written per mart: %s", pipeline.analytics(spark, job, self.job))
+            yield spark
         finally:
-            spark.stop()  # this session only: the server keeps running
+            spark.stop()
 
     def submit_interval(self, context: Any, start: datetime, end: datetime) -> None:
         """spark-submit of the job over [start, end)."""
@@ -198,19 +212,12 @@ class LiveMartsOperator(AnalyticsJobOperator):
 
         now = datetime.now(UTC)
         warehouse = warehouse_url(self.warehouse_conn_id)
-        remote = spark_connect_url(self.connect_conn_id)
-        if remote is not None:
-            from groupscope.analyze.io import session
-
-            self.log.info("live marts of cluster %s on Spark Connect (connection %s)",
-                          self.cluster, self.connect_conn_id)
-            spark = session(f"groupscope-live-{self.cluster}", remote=remote)
-            try:
+        with self.connect_session(f"groupscope-live-{self.cluster}") as spark:
+            if spark is not None:
+                self.log.info("live marts of cluster %s", self.cluster)
                 summary = pipeline.live_analytics(spark, warehouse, self.landing, self.cluster,
                                                   now)
-            finally:
-                spark.stop()  # this session only: the server keeps running
-        else:
+        if spark is None:
             self.log.info("no %s connection: the lag job through spark-submit (connection %s)",
                           self.connect_conn_id, self._conn_id)
             summary = {"cluster": self.cluster, "start": None, "end": None, "snapshots": 0,

@@ -200,10 +200,10 @@ def _table(title: str, sql: str, *, description: str = "",
 
 def _timeseries(title: str, sql: str, *, unit: str, axis_label: str = "",
                 description: str = "", bars: bool = False, stacked: bool = False,
-                thresholds: Sequence[tuple[float | None, str]] | None = None,
-                fmt: str = "time_series") -> timeseries.Panel:
+                thresholds: Sequence[tuple[float | None, str]] | None = None
+                ) -> timeseries.Panel:
     panel = (timeseries.Panel().title(title).description(description)
-             .with_target(SQL("A", sql, "time_series" if fmt == "time_series" else "table"))
+             .with_target(SQL("A", sql, "time_series"))
              .unit(unit).axis_label(axis_label).fill_opacity(10 if not bars else 80)
              .line_width(1).span_nulls(False)
              .legend(common_builders.VizLegendOptions()
@@ -224,9 +224,9 @@ def _timeseries(title: str, sql: str, *, unit: str, axis_label: str = "",
 
 
 def _state_timeline(title: str, sql: str, *, mappings: list[dm.ValueMapping],
-                    description: str = "", fmt: str = "table") -> statetimeline.Panel:
+                    description: str = "") -> statetimeline.Panel:
     return (statetimeline.Panel().title(title).description(description)
-            .with_target(SQL("A", sql, "time_series" if fmt == "time_series" else "table"))
+            .with_target(SQL("A", sql, "table"))
             .mappings(mappings).thresholds(_thresholds(GREEN_ONLY))
             .color_scheme(dashboard_builders.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
             .show_value(common.VisibilityMode.AUTO).merge_values(True).fill_opacity(80)
