@@ -74,12 +74,14 @@ class Member(threading.Thread):
             "client.id": f"gq-{len(group)}"})
         self.topic, self.behind = topic, behind
         self.commits = 0
+        self.assigned = threading.Event()  # its first assignment arrived (maybe empty)
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self.consumer.subscribe([self.topic])
+            self.consumer.subscribe([self.topic],
+                                    on_assign=lambda _consumer, _partitions: self.assigned.set())
             last = 0.0
             while not self.stop_event.is_set():
                 self.consumer.poll(0.1)
@@ -184,7 +186,10 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
                 late = Member(bootstrap, MAIN, orders, behind=3)
                 late.start()
                 members.append(late)
-                wait_until(lambda m=late: m.commits or m.error, 60, "the late member's commit")
+                # With 2 partitions and 3 range members one is idle and never commits: wait for
+                # the rebalance to hand out the assignment, whoever gets the empty share.
+                wait_until(lambda m=late: m.assigned.is_set() or m.error, 60,
+                           "the late member's assignment")
                 _churn(bootstrap, unique("gq-churn"), single, 7)
             _produce(bootstrap, topics, 20)
             time.sleep(0.7)  # the members commit what they read, less their lag
@@ -398,3 +403,31 @@ def test_reader_role_is_rerunnable_and_new_views_are_readable(filled: Filled,
         engine.dispose()
     with psycopg.connect(filled.reader_url) as conn:
         assert conn.execute("SELECT one FROM serve.gq_later").fetchall() == [(1,)]
+
+
+def test_grafana_alert_conditions_equal_groupscopes_own(filled: Filled) -> None:
+    """serve.alert_conditions (what the exported Grafana rules read) gives every group and
+    cluster condition the value groupscope's own alert evaluation computes
+    (groupscope.serve.conditions.observe), so the two alerting paths cannot drift apart."""
+    from groupscope.serve.conditions import CLUSTER_CONDITIONS, GROUP_CONDITIONS, observe
+
+    engine = warehouse.engine_for(filled.url)
+    try:
+        with engine.connect() as conn:
+            now = conn.exec_driver_sql("SELECT now()").scalar_one()
+            ours = {(o.group_id, o.condition): o.value for o in observe(
+                conn, filled.cluster, GROUP_CONDITIONS + CLUSTER_CONDITIONS, now,
+                timedelta(seconds=30))}
+            view = {(g, c): v for g, c, v in conn.exec_driver_sql(
+                "SELECT group_id, condition, value FROM serve.alert_conditions"
+                " WHERE cluster = %(c)s", {"c": filled.cluster})}
+    finally:
+        engine.dispose()
+    # The view states staleness in seconds (Grafana's rule divides by the snapshot interval).
+    stale_s = view.pop(("", "collector_stale_s"))
+    assert abs(stale_s / 30 - ours.pop(("", "collector_stale"))) < 1.0
+    groups = {g for g, _ in ours if g}
+    assert {MAIN, *HOSTILE[1:]} <= groups
+    assert view.keys() == ours.keys()
+    for key, value in ours.items():
+        assert view[key] == pytest.approx(value), key
