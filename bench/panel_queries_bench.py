@@ -6,9 +6,10 @@ real group; median and p95 per query.
 Data: ``bench/analytics_bench.generate`` (GROUPS x PARTITIONS group-partitions x MINUTES
 snapshots, the real landing layout), loaded into a fresh warehouse the way the pipeline loads
 it (``warehouse.load_landed`` per snapshot: raw tables and what-if mart), then the marts
-computed by the real jobs on Spark ``local[2]`` (``pipeline.analytics``: lag and status over
-the whole day, rebalance and skew hour by hour), then ``ANALYZE``. A PostgreSQL of its own
-(the dev stack's, in a temporary folder) is started and destroyed.
+computed by the real jobs on Spark ``local[2]`` (``pipeline.analytics``: lag and status one
+hour at a time, as the hourly DAG runs them; rebalance and skew over the day's hours), then
+``ANALYZE``. A PostgreSQL of its own (the dev stack's, in a temporary folder) is started
+and destroyed.
 
     .venv/bin/python bench/panel_queries_bench.py [--groups 100] [--partitions 50]
         [--minutes 1440] [--runs 7] [--explain-over 1.0]
@@ -82,8 +83,14 @@ def fill(url: str, landing: Path) -> dict[str, float]:
     try:
         started = time.monotonic()
         end = last + timedelta(microseconds=1)
-        pipeline.analytics(spark, JobArgs(landing, "bench", Interval(first, end), url,
-                                          timedelta(hours=1)), "lag")
+        # Hour by hour, as the hourly analytics DAG runs it: one job over the whole day
+        # collects 7.2M rows on the driver and runs out of a default 1 GB heap.
+        hour = first.replace(minute=0, second=0, microsecond=0)
+        while hour < end:
+            interval = Interval(max(hour, first), min(hour + timedelta(hours=1), end))
+            pipeline.analytics(spark, JobArgs(landing, "bench", interval, url,
+                                              timedelta(hours=1)), "lag")
+            hour += timedelta(hours=1)
         took["lag_job_and_load_s"] = time.monotonic() - started
         started = time.monotonic()
         hours = Interval(*pipeline.analytics_interval(first, end, hourly=True))
