@@ -84,7 +84,8 @@ def fill(url: str, landing: Path) -> dict[str, float]:
         started = time.monotonic()
         end = last + timedelta(microseconds=1)
         # Hour by hour, as the hourly analytics DAG runs it: one job over the whole day
-        # collects 7.2M rows on the driver and runs out of a default 1 GB heap.
+        # collects 7.2M rows on the driver and runs out of a default 1 GB heap (at the full
+        # 5,000 partitions, one hour's broadcast join does too: docs/benchmarks.md).
         hour = first.replace(minute=0, second=0, microsecond=0)
         while hour < end:
             interval = Interval(max(hour, first), min(hour + timedelta(hours=1), end))
