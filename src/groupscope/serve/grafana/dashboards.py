@@ -187,6 +187,12 @@ def _stat(title: str, sql: str, *, unit: str = "short", description: str = "",
     return panel
 
 
+# A table's cluster (hidden) and group columns, the group linking to Group detail.
+def _group_columns() -> list[tuple[str, list[dm.DynamicConfigValue]]]:
+    return [_column("cluster", hidden=True),
+            _column("group_id", label="group", links=[_group_link()])]
+
+
 def _table(title: str, sql: str, *, description: str = "",
            columns: Sequence[tuple[str, list[dm.DynamicConfigValue]]] = (),
            sort_by: str | None = None, desc: bool = True) -> table.Panel:
@@ -405,8 +411,7 @@ def overview() -> dict[str, Any]:
                 description="Every group at the newest status snapshot, worst first. Click a "
                             "group for its detail.",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("status", mappings=STATUS_TEXT, background=True),
                     _column("lag_records", label="lag (records)", unit=RECORDS,
                             thresholds=LAG_RECORDS_THRESHOLDS),
@@ -422,8 +427,7 @@ def overview() -> dict[str, Any]:
                 "FROM serve.top_lagging_groups WHERE " + CLUSTER + " AND lag_records > 0\n"
                 "ORDER BY rank_by_records, group_id LIMIT 10",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("lag_records", label="lag (records)", unit=RECORDS,
                             thresholds=LAG_RECORDS_THRESHOLDS, background=True),
                     _column("status", mappings=STATUS_TEXT),
@@ -435,8 +439,7 @@ def overview() -> dict[str, Any]:
                 description="Time lag: the age of the next record to consume, exact where the "
                             "record was sampled, else estimated from the high-watermark history.",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("max_time_lag_s", label="max time lag", unit=SECONDS,
                             thresholds=LAG_SECONDS_THRESHOLDS, background=True),
                     _column("time_lag_kind", label="time lag is"),
@@ -460,8 +463,7 @@ def overview() -> dict[str, Any]:
                 "FROM serve.open_alert_incidents WHERE " + CLUSTER + "\n"
                 "ORDER BY severity_level DESC, started_at",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("severity", mappings=SEVERITY_TEXT, background=True),
                     _column("state", mappings=INCIDENT_STATE_TEXT),
                     _column("started_at", label="since"),
@@ -477,8 +479,7 @@ def overview() -> dict[str, Any]:
                 "  AND time <= $__timeTo()::timestamptz\n"
                 "GROUP BY cluster, group_id ORDER BY rebalances DESC, group_id",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("rebalances", thresholds=(GREEN_ONLY, (10.0, "orange"),
                                                       (100.0, "red"))),
                     _column("partitions_moved", label="partitions moved"),
@@ -728,8 +729,7 @@ def rebalances() -> dict[str, Any]:
                 "ORDER BY rebalances DESC, time DESC",
                 description="Hours in which a group rebalanced more than 10 times.",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("time", label="hour"),
                     _column("rebalances", thresholds=(GREEN_ONLY, (10.0, "red")),
                             background=True),
@@ -740,8 +740,7 @@ def rebalances() -> dict[str, Any]:
                 "FROM serve.rebalance_timeline " + in_range + "\n"
                 "ORDER BY time DESC LIMIT 500",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("rebalance_type", label="protocol"),
                     _column("cause_text", label="cause"),
                     _column("partitions_moved", label="partitions moved"),
@@ -831,8 +830,7 @@ def strategies() -> dict[str, Any]:
                 "FROM serve.group_skew_latest " + now + " AND idle_members > 0\n"
                 "ORDER BY idle_members DESC, group_id",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("idle_members", label="idle members", thresholds=ANY_IS_ORANGE,
                             background=True),
                     _column("max_minus_min", label="partitions max - min"),
@@ -854,8 +852,7 @@ def strategies() -> dict[str, Any]:
                 description="Per group, what each strategy would give on the same members and "
                             "partitions ('current' is the real assignment).",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("is_current", label="current"),
                     _column("max_minus_min", label="partitions max - min",
                             thresholds=(GREEN_ONLY, (2.0, "orange"))),
@@ -913,8 +910,7 @@ def coordinators() -> dict[str, Any]:
                 description="Groups whose coordinator changed between two snapshots (the "
                             "leadership of its __consumer_offsets partition moved).",
                 columns=[
-                    _column("cluster", hidden=True),
-                    _column("group_id", label="group", links=[_group_link()]),
+                    *_group_columns(),
                     _column("from_coordinator", label="from broker"),
                     _column("to_coordinator", label="to broker"),
                     _column("expected_coordinator", label="expected broker"),
