@@ -203,3 +203,47 @@ def test_a_failing_channel_does_not_hold_up_the_others() -> None:
     (90000, "1 d 1 h")])
 def test_durations_read_as_people_say_them(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def lag_seconds(group: str, value: float) -> Observation:
+    return Observation("lag_seconds", "prod", group, value,
+                       {"lag": 48112, "time_lag_s": value, "time_lag_exact": False})
+
+
+INHIBITION_RULES = ("keep_firing_for: 60s\nrepeat_interval: 4h\n"
+                    "rules:\n  - {name: lag_seconds_high, threshold: 600, for: 0s}\n")
+
+
+def test_a_stopped_group_behind_in_time_notifies_once_for_the_whole_episode(
+        tmp_path: Path) -> None:
+    """The STOPPED message already gives the lag: the lag rules of a group whose ERR fires
+    send nothing, not their firing, nor their resolution, even when it comes later."""
+    run = Run(rules(tmp_path, INHIBITION_RULES))
+    assert run.at(0, err("orders", 0), lag_seconds("orders", 30)) == []
+    assert run.at(30, err("orders", 12), lag_seconds("orders", 700)) == [
+        "firing group_err orders"]
+    assert run.state("lag_seconds_high") == FIRING  # an incident, held from the receivers
+    assert run.at(60, err("orders", 0), lag_seconds("orders", 800)) == []
+    assert run.at(130, err("orders", 0), lag_seconds("orders", 800)) == [
+        "resolved group_err orders"]
+    # the lag outlives the stop; its episode resolves later, silently
+    assert run.at(200, err("orders", 0), lag_seconds("orders", 10)) == []
+    assert run.at(300, err("orders", 0), lag_seconds("orders", 10)) == []
+    assert run.state("lag_seconds_high") is None
+
+
+def test_a_lag_that_fired_before_the_stop_still_resolves(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, INHIBITION_RULES))
+    assert run.at(0, err("orders", 0), lag_seconds("orders", 700)) == [
+        "firing lag_seconds_high orders"]
+    assert run.at(30, err("orders", 12), lag_seconds("orders", 900)) == [
+        "firing group_err orders"]
+    assert run.at(60, err("orders", 0), lag_seconds("orders", 5)) == []
+    assert sorted(run.at(200, err("orders", 0), lag_seconds("orders", 5))) == [
+        "resolved group_err orders", "resolved lag_seconds_high orders"]
+
+
+def test_inhibition_is_per_group(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, INHIBITION_RULES))
+    assert sorted(run.at(0, err("orders", 12), lag_seconds("payments", 700))) == [
+        "firing group_err orders", "firing lag_seconds_high payments"]

@@ -118,22 +118,44 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
             changed.append(updated)
         if notice is not None:
             notices.append(notice)
-    return Evaluation(changed, _inhibited(notices, [*current.values(), *changed]))
+    kept, marked = _inhibited(notices, [*current.values(), *changed])
+    if marked:
+        by_id = {i.incident_id: i for i in marked}
+        changed = [by_id.pop(i.incident_id, i) for i in changed] + list(by_id.values())
+    return Evaluation(changed, kept)
 
 
-# A condition whose notifications a firing incident of another condition, on the same group,
-# makes redundant: a group STOPPED for having no members is Empty with a growing lag too, and
-# its message already says so (Alertmanager calls this inhibition).
-INHIBITED_BY = {"group_empty_lag_growing": "group_status_err"}
+# The conditions whose notifications a firing incident of another condition, on the same
+# group, makes redundant (Alertmanager calls this inhibition): a group STOPPED or STALLED is
+# Empty with a growing lag, and behind in records and in time, and its message already says
+# so. An incident that fires while its inhibitor fires notifies nothing for the whole episode:
+# not its firing, its repeats, nor its resolution (the receiver never heard of it). One that
+# fired before its inhibitor did keeps its resolution, so nothing is left open at a receiver.
+INHIBITED_BY = {"group_empty_lag_growing": "group_status_err",
+                "lag_seconds": "group_status_err", "lag_records": "group_status_err"}
+INHIBITED = "inhibited_by"  # in an incident's details: the episode's notifications are held
 
 
-def _inhibited(notices: list[Notice], incidents: Iterable[Incident]) -> list[Notice]:
+def _inhibited(notices: list[Notice], incidents: Iterable[Incident]
+               ) -> tuple[list[Notice], list[Incident]]:
+    """The notices left to send, and the incidents newly marked as inhibited."""
     latest = {i.incident_id: i for i in incidents}
     firing = {(i.cluster, i.group_id, i.details.get("condition")) for i in latest.values()
               if i.state == FIRING}
-    return [n for n in notices
-            if (n.incident.cluster, n.incident.group_id,
-                INHIBITED_BY.get(str(n.incident.details.get("condition")))) not in firing]
+    kept, marked = [], []
+    for n in notices:
+        incident = latest.get(n.incident.incident_id, n.incident)
+        inhibitor = INHIBITED_BY.get(str(incident.details.get("condition")))
+        if incident.details.get(INHIBITED):
+            continue
+        if inhibitor and n.notification != "resolved" \
+                and (incident.cluster, incident.group_id, inhibitor) in firing:
+            if n.notification == "firing":
+                marked.append(replace(incident, details={**incident.details,
+                                                         INHIBITED: inhibitor}))
+            continue
+        kept.append(n)
+    return kept, marked
 
 
 def _step(incident: Incident | None, holds: bool, obs: Observation, effective: Any, fp: str,
@@ -143,7 +165,7 @@ def _step(incident: Incident | None, holds: bool, obs: Observation, effective: A
             return None, None
         # The latest value and details even so: a resolved message says how things are now.
         updated, notice = _clear(incident, now, rules, keep_firing=True)
-        updated = replace(updated, value=obs.value, details=_details(obs))
+        updated = replace(updated, value=obs.value, details=_details(obs, incident))
         return updated, Notice(updated, notice.notification) if notice else None
     if incident is None:
         incident = Incident(
@@ -155,7 +177,7 @@ def _step(incident: Incident | None, holds: bool, obs: Observation, effective: A
             runbook=effective.runbook)
     incident = replace(incident, last_seen_at=now, evaluated_at=now, value=obs.value,
                        threshold=effective.threshold, severity=effective.severity,
-                       details=_details(obs), labels=dict(effective.labels),
+                       details=_details(obs, incident), labels=dict(effective.labels),
                        runbook=effective.runbook)
     if incident.state == PENDING and now - incident.started_at >= effective.for_:
         incident = replace(incident, state=FIRING, firing_at=now, notifications=1,
@@ -180,9 +202,12 @@ def _clear(incident: Incident, now: datetime, rules: RuleSet,
     return resolved, Notice(resolved, "resolved")
 
 
-def _details(obs: Observation) -> dict[str, Any]:
-    """What the message needs, with the condition kind (a rule of the user's may use any)."""
-    return {**obs.details, "condition": obs.condition}
+def _details(obs: Observation, incident: Incident | None = None) -> dict[str, Any]:
+    """What the message needs, with the condition kind (a rule of the user's may use any),
+    and the episode's inhibition mark."""
+    held = {INHIBITED: incident.details[INHIBITED]} \
+        if incident is not None and incident.details.get(INHIBITED) else {}
+    return {**obs.details, "condition": obs.condition, **held}
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -207,6 +232,19 @@ def open_incidents(conn: Any, cluster: str | None = None) -> list[Incident]:
         params["cluster"] = cluster
     rows = conn.execute(text(query + " ORDER BY started_at"), params).mappings().all()
     return [Incident(**dict(row)) for row in rows]
+
+
+def incidents_since(conn: Any, since: datetime, cluster: str | None = None) -> list[Incident]:
+    """The incidents that fired since ``since``, or were still open then, oldest first
+    (pending ones that never fired are left out): what a summary of a period reports."""
+    query = (f"SELECT {', '.join(_COLUMNS)} FROM ops.alert_incidents "
+             "WHERE firing_at IS NOT NULL AND (resolved_at IS NULL OR resolved_at >= :since)")
+    params: dict[str, Any] = {"since": since}
+    if cluster is not None:
+        query += " AND cluster = :cluster"
+        params["cluster"] = cluster
+    rows = conn.execute(text(query + " ORDER BY firing_at, incident_id"), params).mappings()
+    return [Incident(**dict(row)) for row in rows.all()]
 
 
 def save(conn: Any, incidents: Sequence[Incident]) -> None:
