@@ -167,10 +167,17 @@ CASES: list[tuple[int, str, list[Obs], str, str]] = [
          "left does not grow, so it waits for the threshold (2 x 60 s) like any other pause",
      sampled(grid(390, jitter=(0,)), every(5, 300), hw=idle_after(299),
              members=member_until(330), marker=50), "OK", "consuming"),
+    (28, "a healthy consumer committing every second: what is in flight when the snapshots come "
+         "happens to grow (3, 7, 12, 15, 18 of 600 records a minute): noise, not a trend",
+     minutes(*[(600 * i - lag, 600 * i, 1) for i, lag in enumerate([3, 7, 12, 15, 18], 1)]),
+     "OK", "consuming"),
+    (29, "a consumer at a quarter of the production rate: its lag grows by three quarters of "
+         "what is produced, beyond two intervals' production from the fourth snapshot",
+     minutes(*[(150 * i, 600 * i + 10, 1) for i in range(4)]), "WARN", "falling_behind"),
 ]
 
 # The cases whose every observation must be OK: a false alarm fires at any snapshot.
-NEVER_ALARM = {14, 15, 16, 17, 19, 20, 21}
+NEVER_ALARM = {14, 15, 16, 17, 19, 20, 21, 28}
 
 # What the reason of the last observation says (the threshold and why).
 REASONS = {

@@ -23,7 +23,13 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         group has no members: nobody is consuming.
 6. ``stalled``  STALL   the same, with members present: they are there but not progressing.
 7. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
-                        (at least ``min_trend_points`` observations).
+                        (at least ``min_trend_points`` observations), and by more than
+                        ``in_flight_intervals`` snapshot intervals' worth of production (the
+                        records produced over the window, per interval): a consumer keeping
+                        up has at most what was produced since its last commit in flight, so
+                        the noise of that small lag is no trend (a healthy group's lag going
+                        1, 2, 3 over three snapshots is not falling behind; one consuming a
+                        quarter of what is produced is, from the fourth snapshot).
 8. ``consuming`` OK     otherwise.
 
 The stop threshold follows the partition's own commit rhythm (Burrow's window of commits):
@@ -83,6 +89,7 @@ class StatusSettings:
     min_stop_s: float = 0.0  # the least stop threshold once it is (snapshots are the resolution)
     burst_factor: float = 2.0
     min_trend_points: int = 3
+    in_flight_intervals: float = 2.0  # lag growth below this many intervals' production: noise
 
 
 def _t(column: str) -> Column:
@@ -147,6 +154,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
              .withColumn("_rewound", F.min("_d_committed").over(window) < 0)
              .withColumn("_lag_first", F.first("lag").over(window))
              .withColumn("_committed_first", F.first("committed_offset").over(window))
+             .withColumn("_hw_first", F.first("high_watermark").over(window))
              .withColumn("_lag_never_fell", F.min("_d_lag").over(window) >= 0))
     # From the snapshot before the one that saw an advance to the one that saw the next
     # (element_at counts from 1: element i is the advance before advance i).
@@ -193,7 +201,9 @@ def partition_status(lag: DataFrame, groups: DataFrame,
         Rule.FALLING_BEHIND: behind & (F.col("_n") >= settings.min_trend_points)
         & (F.col("committed_offset") > F.col("_committed_first"))
         & F.coalesce(F.col("_lag_never_fell"), F.lit(False))
-        & (F.col("lag") > F.col("_lag_first")),
+        & ((F.col("lag") - F.col("_lag_first")) * (F.col("_n") - 1)
+           > F.lit(settings.in_flight_intervals)
+           * (F.col("high_watermark") - F.col("_hw_first"))),
         Rule.CONSUMING: F.lit(True),
     }
     rule: Column = F.lit(Rule.CONSUMING.value)
