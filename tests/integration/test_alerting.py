@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import _cluster, _running
 from kafkautil import create_topic, produce_counts, wait_until
+from pipeline_loop import Loop
 from sqlalchemy import text
 
-from groupscope import pipeline
-from groupscope.contract.cluster import ClusterConfig
 from groupscope.serve.airflow_channels import build_channels
 from groupscope.serve.rules import load_rules
 from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION
@@ -136,51 +134,6 @@ channels:
 """
 
 
-class Loop:
-    """One pass = what the snapshot DAG and the live DAG do for one snapshot."""
-
-    def __init__(self, bootstrap: str, url: str, landing: Path, spark: Any,
-                 channels: dict[str, Any], rules: Any) -> None:
-        self.cluster = ClusterConfig(CLUSTER, {"bootstrap.servers": bootstrap})
-        self.url, self.landing, self.spark = url, landing, spark
-        self.channels, self.rules = channels, rules
-        self.last: datetime | None = None
-        self.summaries: list[dict[str, Any]] = []
-        self.seconds: dict[str, list[float]] = {}
-
-    def once(self) -> dict[str, Any]:
-        now = datetime.now(UTC)
-        clock = time.monotonic()
-
-        def step(name: str) -> None:  # seconds per step, printed at the end
-            nonlocal clock
-            self.seconds.setdefault(name, []).append(time.monotonic() - clock)
-            clock = time.monotonic()
-
-        pipeline.collect(self.cluster, self.landing, now, 10.0)
-        step("collect")
-        passed = pipeline.gate_landed(self.url, self.landing, CLUSTER, now)
-        step("gate")
-        pipeline.load(self.url, self.landing, CLUSTER, passed, now)
-        step("load")
-        pipeline.live_analytics(self.spark, self.url, self.landing, CLUSTER, now)
-        step("live marts")
-        summary = self.evaluate(now)
-        step("evaluate")
-        self.last = now
-        return summary
-
-    def evaluate(self, now: datetime) -> dict[str, Any]:
-        summary = pipeline.evaluate_alerts(self.url, CLUSTER, self.rules, self.channels, now,
-                                           timedelta(seconds=30), "http://grafana.local:3000")
-        self.summaries.append(summary)
-        return summary
-
-    def run(self, passes: int) -> None:
-        for _ in range(passes):
-            self.once()
-
-
 def _texts(receivers: dict[str, Any]) -> dict[str, list[str]]:
     return {"webhook": receivers["webhook"].texts, "slack": receivers["slack"].texts,
             "email": [str(m.get_body(preferencelist=("html",)).get_content())
@@ -232,7 +185,8 @@ def test_alerts_end_to_end(broker: Any, postgres: Any, warehouse_engine: Any, sp
     for committer in (bursty, txn_reader):
         committer.start()
     members = [payments, idle]
-    loop = Loop(bootstrap, postgres.url, tmp_path / "landing", spark, channels, rules)
+    loop = Loop(CLUSTER, bootstrap, postgres.url, tmp_path / "landing", spark, channels,
+                rules)
     began = time.monotonic()
 
     def phase(name: str) -> None:  # where the time goes, in the output of a failure

@@ -1,5 +1,9 @@
-"""The demo workload against a real broker: every group kind shows up as what it is, and churn
-is real (a graceful leave is seen at once, a SIGKILL only after the session timeout)."""
+"""The demo workload against a real broker of this module's own: every group kind shows up as
+what it is, churn is real (a graceful leave is seen at once, a SIGKILL only after the session
+timeout), and the demo's timeline, compressed, tells its story through the real pipeline
+(collect, gate, load, live marts, alerts): the scripted stop fires and resolves exactly once
+per channel, the slow consumer's lag in seconds fires, and the healthy groups stay OK and
+silent."""
 
 from __future__ import annotations
 
@@ -7,20 +11,48 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import _cluster, _running
 from kafkautil import take_snapshot, wait_until
+from pipeline_loop import Loop
 
 from groupscope.contract.model import GroupType, Snapshot, TopicPartition
-from groupscope_dev.demo import DEMO_GROUPS, TOPICS, Demo, GroupSpec
-from groupscope_dev.kafka import KafkaCluster
+from groupscope.serve.airflow_channels import build_channels
+from groupscope.serve.rules import load_rules
+from groupscope.warehouse import connect
+from groupscope_dev.demo import (
+    DEMO_GROUPS,
+    HEALTHY,
+    SLOW_GROUP,
+    STOPPED_GROUP,
+    TOPICS,
+    Demo,
+    GroupSpec,
+    demo_rules,
+)
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
+from groupscope_dev.mailcatcher import MailCatcher
+from groupscope_dev.runstatus import read_groups, render_groups
+from groupscope_dev.webhookcatcher import WebhookCatcher
 
 pytestmark = pytest.mark.integration
+
+CLUSTER = "demo"
+SCALE = 0.25  # the ten-minute timeline in two and a half
+
+
+@pytest.fixture(scope="module")
+def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
+    """Its own broker: the alerts judge every group of the cluster, and only the demo's are
+    here."""
+    yield from _running(_cluster(services_dir, "demo", 1, DEFAULT_KAFKA_VERSION))
 
 
 @pytest.fixture(scope="module")
 def demo(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    workload = Demo(kafka.bootstrap, tmp_path_factory.mktemp("demo"))
+    workload = Demo(kafka.bootstrap, tmp_path_factory.mktemp("demo"), time_scale=SCALE)
     workload.start()
     yield workload
     workload.stop()
@@ -135,3 +167,73 @@ def _members(kafka: KafkaCluster, group_id: str) -> int:
 def test_demo_log_dir_holds_member_logs(demo: Demo) -> None:
     logs = sorted(p.name for p in Path(demo.log_dir).glob("*.log"))
     assert "producer.log" in logs and "demo-range-0.log" in logs
+
+
+def _notifications(texts: list[str], group_id: str, kind: str) -> list[str]:
+    return [t for t in texts if f"[{kind}]" in t and group_id in t]
+
+
+def test_the_compressed_timeline_fires_and_resolves_the_scripted_stop_only(
+        kafka: KafkaCluster, demo: Demo, postgres: Any, spark: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ./run shows in ten minutes, in two: the channels ./run configures (a webhook and
+    e-mail), the demo's rules file at the same compression."""
+    webhook, mail = WebhookCatcher(), MailCatcher(tmp_path / "mail")
+    webhook.start()
+    mail.start()
+    monkeypatch.setenv(*mail.connection("groupscope_smtp", "oncall@localhost"))
+    rules_file = tmp_path / "demo-rules.yaml"
+    rules_file.write_text(demo_rules(SCALE))
+    rules = load_rules(rules_file)
+    assert rules.keep_firing_for.total_seconds() == 30
+    channels, _ = build_channels(rules, fallback_webhook_url=webhook.url)  # as the live DAG
+    assert sorted(channels) == ["email", "webhook"]  # Slack has no connection here
+    loop = Loop(CLUSTER, kafka.bootstrap, postgres.url, tmp_path / "landing", spark, channels,
+                rules)
+    wait_until(lambda: not _unsettled(take_snapshot(kafka.bootstrap)), 90,
+               "every demo group to settle")
+    loop.run(2)  # history before the first event
+    texts: dict[str, list[str]] = {}
+
+    def story_told() -> bool:
+        for line in demo.advance():
+            print(f"[{demo.elapsed():6.1f} s] {line}", flush=True)
+        loop.once()
+        texts.update(webhook=list(webhook.texts), email=[
+            str(m.get_body(preferencelist=("plain", "html")).get_content())
+            for m in mail.mails()])
+        return all(_notifications(t, STOPPED_GROUP, "RESOLVED")
+                   and _notifications(t, SLOW_GROUP, "FIRING") for t in texts.values())
+
+    try:
+        demo.start_timeline()
+        wait_until(story_told, 400, "the scripted stop to fire and resolve, and the slow "
+                   "consumer to fire, on every channel")
+        loop.run(1)  # nothing more is owed for it
+        with connect(loop_engine := _engine(postgres.url)) as conn:
+            groups = {g.group_id: g for g in read_groups(conn, CLUSTER)}
+        loop_engine.dispose()
+    finally:
+        webhook.stop()
+        mail.stop()
+    print(render_groups(list(groups.values())))
+    for channel, sent in texts.items():
+        assert len(_notifications(sent, STOPPED_GROUP, "FIRING")) == 1, (channel, sent)
+        assert len(_notifications(sent, STOPPED_GROUP, "RESOLVED")) == 1, (channel, sent)
+        assert _notifications(sent, SLOW_GROUP, "FIRING"), (channel, sent)
+        for healthy in HEALTHY:
+            assert not [t for t in sent if healthy in t], (channel, healthy, sent)
+    stop = _notifications(texts["webhook"], STOPPED_GROUP, "FIRING")[0]
+    assert f"group {STOPPED_GROUP}: STOPPED" in stop, stop  # alone or grouped with others
+    # the status line on the real marts: the healthy groups OK, every figure of one snapshot
+    for healthy in HEALTHY:
+        assert groups[healthy].status == "OK", groups[healthy]
+    assert len({g.snapshot_ts for g in groups.values()}) == 1
+    assert groups["demo-empty"].empty_since is not None
+    assert groups[STOPPED_GROUP].members == 3
+
+
+def _engine(url: str) -> Any:
+    from groupscope import warehouse
+
+    return warehouse.engine_for(url)
