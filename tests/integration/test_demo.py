@@ -27,6 +27,7 @@ from groupscope_dev.demo import (
     HEALTHY,
     SLOW_GROUP,
     STOPPED_GROUP,
+    STORM_GROUP,
     TOPICS,
     Demo,
     GroupSpec,
@@ -190,8 +191,9 @@ def test_the_compressed_timeline_fires_and_resolves_the_scripted_stop_only(
     assert sorted(channels) == ["email", "webhook"]  # Slack has no connection here
     loop = Loop(CLUSTER, kafka.bootstrap, postgres.url, tmp_path / "landing", spark, channels,
                 rules)
-    wait_until(lambda: not _unsettled(take_snapshot(kafka.bootstrap)), 90,
-               "every demo group to settle")
+    # (the churn test before this one left the storm group one member short: it churns anyway)
+    wait_until(lambda: not [w for w in _unsettled(take_snapshot(kafka.bootstrap))
+                            if not w.startswith(STORM_GROUP)], 90, "the demo groups to settle")
     loop.run(2)  # history before the first event
     texts: dict[str, list[str]] = {}
 
