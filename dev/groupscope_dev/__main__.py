@@ -287,15 +287,19 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
                       catcher.folder if catcher else None, printer.dag_ids, grafana), flush=True)
         if demo is not None:
-            demo.start_timeline()
-            print(f"The demo's timeline (minutes after its start{_speed(args.demo_speed)}; "
-                  f"alert thresholds in {alerting.get('GROUPSCOPE_ALERT_RULES', 'yours')}):\n"
+            print(f"The demo's timeline (minutes after the first snapshot is in the warehouse"
+                  f"{_speed(args.demo_speed)}; alert thresholds in "
+                  f"{alerting.get('GROUPSCOPE_ALERT_RULES', 'yours')}):\n"
                   + demo.describe() + "\n", flush=True)
         began, next_table = time.monotonic(), time.monotonic() + args.status_every
         while not stop_requested:
             _sleep_unless(lambda: stop_requested, 1.0)
             if stop_requested or (args.duration and time.monotonic() - began >= args.duration):
                 break
+            if demo is not None and demo.started_at is None and printer.snapshots() > 0:
+                demo.start_timeline()  # the story happens while groupscope watches
+                print(f"{_now()}  DEMO      the first snapshot is in the warehouse: the "
+                      "timeline starts", flush=True)
             for happened in demo.advance() if demo is not None else []:
                 print(f"{_now()}  DEMO      {happened}", flush=True)
             for line in printer.notifications():
@@ -317,6 +321,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             catcher.stop()
         print(printer.summary(started, len(list(mail.folder.glob("*.eml"))),
                               _dashboard_hints(stack, grafana)), flush=True)
+        printer.close()
         (stack.state_dir / "run.pid").unlink(missing_ok=True)
         if args.keep:
             say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
@@ -419,16 +424,30 @@ class _StatusPrinter:
         self.dag_ids: list[str] = []
         self.seen: set[tuple[str, str, str, str]] = set()
         self.sent = 0
+        self._engine: Any = None
 
     def _read(self, read: Any) -> Any:
+        """``read(conn)`` on one engine kept for the run (it reads every second)."""
         from groupscope import warehouse
 
-        engine = warehouse.engine_for(self.url)
+        if self._engine is None:
+            self._engine = warehouse.engine_for(self.url)
+        with warehouse.connect(self._engine) as conn:
+            return read(conn)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def snapshots(self) -> int:
+        from groupscope import warehouse
+
         try:
-            with warehouse.connect(engine) as conn:
-                return read(conn)
-        finally:
-            engine.dispose()
+            return int(self._read(lambda conn: conn.execute(
+                text("SELECT count(*) FROM raw.snapshots")).scalar_one()))
+        except warehouse.WarehouseUnavailable:
+            return 0
 
     def notifications(self) -> list[str]:
         """A line per notification sent (or failed) since the last call."""
@@ -524,6 +543,7 @@ def run_demo(args: argparse.Namespace) -> int:
     demo = Demo(args.bootstrap, Path(args.log_dir), kip848=not args.no_kip848,
                 time_scale=1.0 / args.speed, timeline=() if args.no_timeline else TIMELINE)
     demo.start()
+    demo.start_timeline()
     print(f"demo workload running against {args.bootstrap}; logs in {args.log_dir}. "
           "Ctrl-C stops it.", flush=True)
     if not args.no_timeline:

@@ -277,7 +277,6 @@ class Demo:
         for spec in self.active_groups():
             for index in range(spec.members):
                 self.add_member(spec, index, stop_after=5.0 if spec.empty else None)
-        self.started_at = time.monotonic()
 
     def active_groups(self) -> list[GroupSpec]:
         return [g for g in self.groups if self.kip848 or g.protocol != "consumer"]
@@ -322,6 +321,8 @@ class Demo:
     def advance(self) -> list[str]:
         """Carries out what is due: the timeline's events, and a churn step while the storm
         lasts. Returns what happened, a line each."""
+        if self.started_at is None:
+            return []  # the timeline has not started
         elapsed, happened = self.elapsed(), []
         for at_s, event in self.schedule():
             if at_s <= elapsed and event not in self.done:
