@@ -185,17 +185,20 @@ def reason(g: GroupNow) -> str:
     elif g.warn_partitions:
         lead, n = "falling behind", g.warn_partitions
     elif g.lag is not None and g.partitions:
-        parts.append("nothing left to read" if not g.members else
-                     "caught up" if g.lag <= g.partitions else "consuming")
+        caught_up = g.lag <= g.partitions  # at most the tolerance (1) per partition
+        if g.members or g.protocol_type == "":
+            parts.append("caught up" if caught_up else "consuming")
+        else:
+            parts.append("nothing left to read" if caught_up else "its lag is not growing")
     if lead:
         parts.append(f"{n} {of} {lead}" + (f", {g.behind} behind"
                                            if g.behind and g.behind != n else ""))
         if g.earlier_lag is not None and g.earlier_ts is not None and g.lag is not None:
             span = duration((g.snapshot_ts - g.earlier_ts).total_seconds())
             parts.append(f"lag {count(g.earlier_lag)} -> {count(g.lag)} in {span}")
-    if g.time_lag_s is not None and g.time_lag_s >= 1:
-        parts.append(("" if g.time_lag_exact else "about ")
-                     + f"{duration(g.time_lag_s)} behind")
+        if g.time_lag_s is not None and g.time_lag_s >= 1:
+            parts.append(("" if g.time_lag_exact else "about ")
+                         + f"{duration(g.time_lag_s)} behind")
     return "; ".join(parts)
 
 

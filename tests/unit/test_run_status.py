@@ -45,8 +45,8 @@ def test_a_falling_behind_group_is_told_in_group_terms_from_one_snapshot() -> No
 
 def test_an_exact_time_lag_is_not_called_an_estimate() -> None:
     g = _group(lag=500, behind=2, time_lag_s=75.0, time_lag_exact=True)
-    assert reason(g) == "consuming; 1 m 15 s behind"  # OK: its lag is in flight, not "behind"
-    assert "~" not in render_groups([g])
+    assert reason(g) == "consuming"  # OK: its lag is in flight, not "behind"; the column has it
+    assert "~" not in render_groups([g]) and "1 m 15 s" in render_groups([g])
 
 
 def test_an_empty_group_says_since_when() -> None:
@@ -62,7 +62,11 @@ def test_an_empty_group_says_since_when() -> None:
     assert reason(_group("old", state="Empty", members=0, lag=0)).startswith("Empty (no members)")
     # a group that only commits (assign()) has no members by design
     assert reason(_group("flink", state="Empty", members=0, protocol_type="", lag=0)) == \
-        "no members by design (assign() and commit); nothing left to read"
+        "no members by design (assign() and commit); caught up"
+    assert reason(_group("flink", state="Empty", members=0, protocol_type="", lag=23)) == \
+        "no members by design (assign() and commit); consuming"
+    assert reason(_group("left", state="Empty", members=0, lag=50)) == \
+        "Empty (no members); its lag is not growing"
 
 
 def test_a_group_without_analytics_shows_its_own_snapshot() -> None:
