@@ -10,7 +10,8 @@ their results to Parquet (the warehouse load is not part of the measure).
 
 The DuckDB status is the rule set of issue 4 (a fixed 300 s floor under 2 x the longest
 pause), not issue 13's (``group_empty``, the floor only while the commit rhythm is unknown,
-pauses measured from the snapshot before the previous advance): it is there to weigh the
+pauses measured from the snapshot before the previous advance; its ``falling_behind`` has
+issue 16's in-flight guard): it is there to weigh the
 work of the same windows, and ``status_rows_differing`` counts where the two rule sets part.
 
     .venv/bin/python bench/analytics_bench.py [--groups 100] [--partitions 50] [--minutes 1440]
@@ -216,7 +217,8 @@ CREATE TABLE obs3 AS SELECT *,
     coalesce(max(adv_t) OVER r, min(t) OVER r) AS last_adv,
     max(adv_t) OVER rb AS prev_adv,
     count(*) OVER w AS n, min(d_c) OVER w < 0 AS rewound, first(lag) OVER w AS lag_first,
-    first(committed_offset) OVER w AS c_first, min(d_lag) OVER w >= 0 AS never_fell
+    first(committed_offset) OVER w AS c_first, min(d_lag) OVER w >= 0 AS never_fell,
+    first(high_watermark) OVER w AS hw_first
   FROM obs2
   WINDOW r AS (PARTITION BY cluster, group_id, topic, partition ORDER BY t
                RANGE BETWEEN 3600 PRECEDING AND CURRENT ROW),
@@ -236,7 +238,7 @@ CREATE TABLE partition_status AS SELECT cluster, snapshot_ts, group_id, topic, p
             AND coalesce(member_count, 0) = 0 THEN 'STOP'
        WHEN t - last_adv >= greatest(300, coalesce(longest_pause, 0) * 2) THEN 'STALL'
        WHEN n >= 3 AND committed_offset > c_first AND coalesce(never_fell, false)
-            AND lag > lag_first THEN 'WARN'
+            AND (lag - lag_first) * (n - 1) > 2 * (high_watermark - hw_first) THEN 'WARN'
        ELSE 'OK' END AS status, lag
   FROM obs4;
 CREATE TABLE group_status AS SELECT cluster, snapshot_ts, group_id,
