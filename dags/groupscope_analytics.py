@@ -46,6 +46,13 @@ Then the `marts` quality suite (results in `ops.quality_results`): log start <= 
 high watermark unless flagged, lag consistency, closed status sets, and completeness (one lag
 row per partition of every loaded snapshot). A failure fails the run with an alert.
 Backfill with `airflow backfill create`; each run processes only its own interval.
+
+Beside them, `retention` keeps the warehouse's size: it creates the partitions of today and
+the next days, and drops the day (month) partitions older than the retention of their family:
+raw tables {raw} days, marts {mart} days, hourly roll-ups {hourly} days
+(`GROUPSCOPE_RETENTION_*_DAYS`). Every drop is logged and recorded in `ops.retention_drops`.
+The partitions hold every cluster's rows, so every cluster's DAG runs it; a second run in the
+same hour finds nothing to drop.
 """
 
 
@@ -65,7 +72,9 @@ def analytics_dag(conn_id: str) -> None:
          params={"cluster": cluster}, default_args=default_args(timeout=timedelta(minutes=45)),
          dagrun_timeout=timedelta(hours=3),
          doc_md=DOC.format(cluster=cluster, when=when, spark=SETTINGS.spark_conn_id,
-                           connect=SETTINGS.spark_connect_conn_id))
+                           connect=SETTINGS.spark_connect_conn_id,
+                           raw=SETTINGS.retention_raw_days, mart=SETTINGS.retention_mart_days,
+                           hourly=SETTINGS.retention_hourly_days))
     def analytics() -> None:
         jobs = [
             AnalyticsJobOperator(task_id=f"{job}_job", job=job, cluster=cluster,
@@ -87,8 +96,15 @@ def analytics_dag(conn_id: str) -> None:
             except QualityGateFailed as exc:
                 raise AirflowFailException(str(exc)) from None
 
+        @task
+        def retention() -> dict[str, object]:
+            from groupscope import pipeline
+
+            return pipeline.retention(warehouse_url(), SETTINGS.retention, datetime.now(UTC))
+
         # One after another: each job uses the cores Spark is given.
         jobs[0] >> jobs[1] >> jobs[2] >> check_marts()
+        retention()  # on its own: a failed job does not stop the housekeeping
 
     analytics()
 

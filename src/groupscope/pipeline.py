@@ -242,6 +242,22 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) -> dict[str, Any]:
+    """Warehouse housekeeping: creates the partitions of today and the coming days, then drops
+    the partitions older than their family's retention (``keep``: raw, mart, hourly), each
+    recorded in ``ops.retention_drops``. Idempotent: a second run drops nothing. Returns a
+    summary (XCom-safe)."""
+    from groupscope.warehouse import partitions
+
+    try:
+        keep = partitions.check_retention(keep)
+    except ValueError as exc:
+        raise StageFailed(f"retention: {exc}") from None
+    with _warehouse(warehouse_url) as engine:
+        run = partitions.apply_retention(engine, keep, now)
+    return run.summary()
+
+
 # The live path computes at most this much after downtime (the newest snapshots first); what is
 # older is the hourly lag job's (it recomputes every hour whole, gaps included).
 LIVE_MAX_SPAN = timedelta(hours=1)

@@ -124,6 +124,11 @@ class Settings(BaseSettings):
     # Grafana's base URL, for the dashboard links in alert messages.
     dashboard_url: str = "http://localhost:3000"
     warehouse_url: SecretStr | None = Field(default=None, validation_alias=WAREHOUSE_URL_ENV)
+    # How long the warehouse keeps each family of tables (groupscope.warehouse.partitions),
+    # in whole days: the raw snapshot tables, the per-snapshot marts, the hourly roll-ups.
+    retention_raw_days: int = 14
+    retention_mart_days: int = 90
+    retention_hourly_days: int = 400
 
     @classmethod
     def settings_customise_sources(
@@ -166,6 +171,22 @@ class Settings(BaseSettings):
         if count < 0:
             raise ValueError("must be 0 or more retries")
         return int(count)
+
+    @field_validator("retention_raw_days", "retention_mart_days", "retention_hourly_days",
+                     mode="before")
+    @classmethod
+    def _days(cls, raw: Any) -> int:
+        try:
+            days = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError("is not a whole number of days") from None
+        if not days.is_integer():
+            raise ValueError("is not a whole number of days")
+        if days < 1:
+            raise ValueError("must be at least 1 day (a partition is a day)")
+        if days > _MAX_SECONDS / 86400:
+            raise ValueError("is too many days")
+        return int(days)
 
     @field_validator("analytics_schedule", mode="before")
     @classmethod
@@ -226,6 +247,13 @@ class Settings(BaseSettings):
     @property
     def retry_delay(self) -> timedelta:
         return timedelta(seconds=self.retry_delay_s)
+
+    @property
+    def retention(self) -> dict[str, timedelta]:
+        """The retention per table family (groupscope.warehouse.partitions.FAMILIES)."""
+        return {"raw": timedelta(days=self.retention_raw_days),
+                "mart": timedelta(days=self.retention_mart_days),
+                "hourly": timedelta(days=self.retention_hourly_days)}
 
     @property
     def kafka_connection_ids(self) -> tuple[str, ...]:

@@ -41,6 +41,8 @@ def test_defaults_when_nothing_is_set(tmp_path: Path) -> None:
     assert s.kafka_connection_ids == ()
     assert s.alert_log == Path.home() / ".groupscope" / "alerts.jsonl"
     assert s.alert_webhook_url is None and s.warehouse_url is None
+    assert s.retention == {"raw": timedelta(days=14), "mart": timedelta(days=90),
+                           "hourly": timedelta(days=400)}
     # Without AIRFLOW_HOME, Airflow's own default home.
     assert load_settings({}).landing == Path.home() / "airflow" / "groupscope-landing"
 
@@ -55,6 +57,8 @@ def test_values_when_set(tmp_path: Path) -> None:
         "GROUPSCOPE_ALERT_LOG": str(tmp_path / "alerts.jsonl"),
         "GROUPSCOPE_ALERT_WEBHOOK_URL": f"https://hooks.example/{SECRET}",
         "WAREHOUSE_URL": f"postgresql://gs:{SECRET}@db:5432/groupscope",
+        "GROUPSCOPE_RETENTION_RAW_DAYS": "7", "GROUPSCOPE_RETENTION_MART_DAYS": "30.0",
+        "GROUPSCOPE_RETENTION_HOURLY_DAYS": "730",
     })
     assert s.landing == tmp_path / "landing"
     assert (s.snapshot_every, s.ingest_every) == (timedelta(seconds=15), timedelta(seconds=2.5))
@@ -65,6 +69,8 @@ def test_values_when_set(tmp_path: Path) -> None:
     assert s.alert_log == tmp_path / "alerts.jsonl"
     assert reveal(s.alert_webhook_url) == f"https://hooks.example/{SECRET}"
     assert reveal(s.warehouse_url) == f"postgresql://gs:{SECRET}@db:5432/groupscope"
+    assert s.retention == {"raw": timedelta(days=7), "mart": timedelta(days=30),
+                           "hourly": timedelta(days=730)}
 
 
 def test_an_empty_variable_counts_as_unset() -> None:
@@ -97,6 +103,9 @@ def test_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> 
     ("GROUPSCOPE_ANALYTICS_SCHEDULE", "0 0 * * * *", "is neither \"assets\" nor a cron"),
     ("GROUPSCOPE_KAFKA_CONNECTIONS", " , ", "names no connection"),
     ("GROUPSCOPE_SPARK_CONN_ID", "spark prod", "is not an Airflow connection id"),
+    ("GROUPSCOPE_RETENTION_RAW_DAYS", "0", "must be at least 1 day"),
+    ("GROUPSCOPE_RETENTION_MART_DAYS", "90d", "is not a whole number of days"),
+    ("GROUPSCOPE_RETENTION_HOURLY_DAYS", "0.5", "is not a whole number of days"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(variable: str, value: str,
                                                       reason: str) -> None:

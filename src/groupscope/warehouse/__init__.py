@@ -4,6 +4,10 @@ found with ``importlib.resources``) and idempotent loads.
 A snapshot is loaded by replacing its rows whole (delete by natural key prefix, then COPY) in
 one transaction, so loading it once or five times leaves the same rows, and a half-done load
 leaves none.
+
+The growing tables are partitioned by time (``partitions``): before each load, in a short
+transaction of its own, the partitions of the times it writes are created where missing, so a
+load never fails for want of one (an interval across midnight writes to both days').
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -78,9 +83,14 @@ def migrations(directory: Path | None = None) -> list[Migration]:
     return found
 
 
-def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
+def migrate(engine: Engine, directory: Path | None = None,
+            now: datetime | None = None) -> list[str]:
     """Applies the migrations not yet applied, in order; returns their names. An applied
-    migration whose file changed since is an error, not something to silently skip."""
+    migration whose file changed since is an error, not something to silently skip. Then
+    creates the partitions of the day of ``now`` (default: the clock) and of the
+    ``partitions.DAYS_AHEAD`` days after, where missing."""
+    from groupscope.warehouse import partitions
+
     applied_now: list[str] = []
     with connect(engine) as conn, conn.begin():
         conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
@@ -106,7 +116,9 @@ def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
                         "add a new migration instead of editing an applied one"
                     )
                 continue
-            conn.exec_driver_sql(m.sql)
+            # On the driver's cursor, without parameters: a migration's '%' (format('%I'))
+            # are SQL, not placeholders.
+            conn.connection.driver_connection.cursor().execute(m.sql)
             conn.execute(
                 text(
                     "INSERT INTO groupscope_meta.schema_migrations (version, name, checksum)"
@@ -115,6 +127,9 @@ def migrate(engine: Engine, directory: Path | None = None) -> list[str]:
                 {"v": m.version, "n": m.name, "c": m.checksum},
             )
             applied_now.append(m.name)
+        if conn.execute(text("SELECT to_regclass('groupscope_meta.partitioned_tables')"))\
+                .scalar_one() is not None:
+            partitions.create_partitions(conn, partitions.days_ahead(now or datetime.now(UTC)))
     return applied_now
 
 
@@ -156,10 +171,13 @@ def load_landed(engine: Engine, landed: Any) -> None:
     what-if mart, in one transaction."""
     tables = landed.read()
     params = {"cluster": landed.cluster, "start": landed.snapshot_ts}
+    whatif = landed.read_whatif()
+    _ensure_partitions(engine, [(RAW_SCHEMA, n, tables[n]) for n in LOAD_ORDER]
+                       + [("mart", n, t) for n, t in whatif], "snapshot_ts")
     with connect(engine) as conn, conn.begin():
         _replace_in(conn, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
                     "snapshot_ts = :start", params)
-        _replace_in(conn, "mart", landed.read_whatif(), "snapshot_ts = :start", params)
+        _replace_in(conn, "mart", whatif, "snapshot_ts = :start", params)
 
 
 def load_whatif(engine: Engine, snapshot: Any) -> list[tuple[str, pa.Table]]:
@@ -176,6 +194,7 @@ def replace_snapshot_rows(engine: Engine, schema: str, tables: list[tuple[str, p
                           cluster: str, snapshot_ts: Any) -> None:
     """In one transaction, deletes every row of (cluster, snapshot_ts) from each table and
     copies the new ones in: a rerun or a backfill leaves exactly the same rows."""
+    _ensure_partitions(engine, [(schema, n, t) for n, t in tables], "snapshot_ts")
     _replace(engine, schema, tables, "snapshot_ts = :start",
              {"cluster": cluster, "start": snapshot_ts})
 
@@ -183,8 +202,22 @@ def replace_snapshot_rows(engine: Engine, schema: str, tables: list[tuple[str, p
 def replace_interval_rows(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]],
                           cluster: str, ts_column: str, start: Any, end: Any) -> None:
     """Like replace_snapshot_rows, for every row with ``ts_column`` in [start, end)."""
+    _ensure_partitions(engine, [(schema, n, t) for n, t in tables], ts_column)
     _replace(engine, schema, tables, f"{ts_column} >= :start AND {ts_column} < :end",
              {"cluster": cluster, "start": start, "end": end})
+
+
+def _ensure_partitions(engine: Engine, tables: list[tuple[str, str, pa.Table]],
+                       ts_column: str) -> None:
+    """The partitions of every ``ts_column`` value in ``tables``, created where missing, in a
+    transaction of its own: creating one locks its parent table, which a load's transaction
+    must not hold (two loads would wait on each other)."""
+    from groupscope.warehouse import partitions
+
+    times = partitions.times_in((t for _, _, t in tables), ts_column)
+    if times:
+        with connect(engine) as conn, conn.begin():
+            partitions.create_partitions(conn, times, [f"{s}.{n}" for s, n, _ in tables])
 
 
 def _replace(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]], where: str,
