@@ -65,16 +65,18 @@ class Stack:
     def spark_cluster(self, layout: dict[str, Any]) -> SparkCluster | None:
         """The standalone cluster of a stack started with ``--spark-cluster``. The Spark
         Connect server attaches to it (the DAGs run the analytics there when its connection
-        exists, so a Connect server on local[2] would leave the cluster idle): the worker
-        offers two cores, one for the Connect server's executor, which it holds while it
-        runs, and one for a spark-submitted job at a time."""
+        exists, so a Connect server on local[2] would leave the cluster idle). Every
+        application gets two cores, as ``local[2]`` and docker compose give it: the worker
+        offers four, two for the Connect server's executor, which holds them while it runs,
+        and two for a spark-submitted job at a time (executors mostly wait on one another, so
+        four on a two-core machine cost little)."""
         ports = layout.get("spark_cluster")
         if not ports:
             return None
         master_port, webui_port = ports
         return SparkCluster(self.state_dir / "spark-cluster", master_port, webui_port,
-                            webui_port + 1, worker_cores=2, worker_memory="2g",
-                            cores_per_app=1)
+                            webui_port + 1, worker_cores=4, worker_memory="2g",
+                            cores_per_app=2)
 
     def up(self, brokers: int, version: str, kafka_port: int, pg_port: int,
            spark_connect_port: int = DEFAULT_SPARK_CONNECT_PORT,

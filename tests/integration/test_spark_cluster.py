@@ -130,16 +130,16 @@ def test_the_lag_job_on_the_cluster_equals_local_mode(
     assert len(local["partition_lag"]) >= 2 * len(stamps)  # the moving group's two partitions
     _clear(warehouse_engine, name)
 
-    # The Spark Connect server holds one core of the cluster, for as long as it runs.
+    # The Spark Connect server holds two of the worker's cores, for as long as it runs.
     before = {app["id"] for app in cluster.applications()}
     [connect_app] = (cluster.state() or {})["activeapps"]
-    assert connect_app["cores"] == 1
+    assert connect_app["cores"] == 2
 
     airflow = LocalAirflow(tmp_path / "airflow", 0, (0, 0), dict([
         spark_connection(cluster.master_url), warehouse_connection(postgres.url)])
         | {"GROUPSCOPE_LANDING": str(landed["root"])})
     env = airflow.environment()
-    env["PYTHONPATH"] = os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(PLUGINS), env.get("PYTHONPATH")] if p)
     done = subprocess.run([sys.executable, "-c", SUBMIT_THROUGH_THE_OPERATOR,
                            str(landed["root"]), name, interval.start.isoformat(),
                            interval.end.isoformat()],
@@ -152,6 +152,7 @@ def test_the_lag_job_on_the_cluster_equals_local_mode(
     # worker (the worker keeps a folder per application it ran executors for).
     [app] = [a for a in cluster.applications() if a["id"] not in before]
     assert app["name"].startswith("groupscope-lag") and app["state"] == "FINISHED", app
+    assert app["cores"] == 2  # the other two, beside the Connect server's
     assert (cluster.state_dir / "work" / app["id"]).is_dir()
     assert _marts(warehouse_engine, name) == local
 
@@ -164,7 +165,7 @@ def test_stack_status_shows_the_cluster_and_down_stops_it(stack: Stack) -> None:
     status = stack.status()
     assert (f"Spark master {cluster.master_url} (UI {cluster.webui_url}): up, 1 live worker(s)"
             in status), status
-    assert "Spark worker (2 core(s), 2g): up" in status, status
+    assert "Spark worker (4 core(s), 2g): up" in status, status
     assert f": up (on {cluster.master_url})" in status, status  # Spark Connect, on the cluster
 
     stack.down()
