@@ -16,6 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,7 @@ class SparkCluster:
             return f"(no log at {self.log(role)})"
 
 
-def _reaper(pid: int) -> Any:
+def _reaper(pid: int) -> Callable[[], None]:
     def reap() -> None:
         """Reaps the daemon's launcher if this process started it (else it is not our child):
         a zombie would keep its process group alive."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -32,11 +33,13 @@ from groupscope.collect.collector import take_snapshot
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.pipeline import LAG_MARTS
 from groupscope.pipeline import land_snapshot as land
+from groupscope_dev import StackError
 from groupscope_dev.__main__ import Stack
 from groupscope_dev.airflow import LocalAirflow, spark_connection, warehouse_connection
 from groupscope_dev.kafka import KafkaCluster
-from groupscope_dev.ports import free_port_block, free_ports, port_is_free
+from groupscope_dev.ports import LOOPBACK, free_port_block, free_ports, port_is_free
 from groupscope_dev.postgres import LocalPostgres
+from groupscope_dev.spark_cluster import SparkCluster
 
 pytestmark = pytest.mark.integration
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
@@ -174,3 +177,15 @@ def test_stack_status_shows_the_cluster_and_down_stops_it(stack: Stack) -> None:
                                          cluster.worker_webui_port))
     assert not cluster.state_dir.exists()
     assert stack.status() == "no stack is set up"
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((LOOPBACK, 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        webui = free_port_block(2)
+        cluster = SparkCluster(tmp_path / "cluster", port, webui, webui + 1)
+        with pytest.raises(StackError, match=f"port {port} on 127.0.0.1 is already in use"):
+            cluster.start()
+    assert not cluster.running("master") and not cluster.running("worker")
