@@ -36,7 +36,7 @@ from groupscope.pipeline import land_snapshot as land
 from groupscope_dev import StackError
 from groupscope_dev.__main__ import Stack
 from groupscope_dev.airflow import LocalAirflow, spark_connection, warehouse_connection
-from groupscope_dev.kafka import KafkaCluster
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
 from groupscope_dev.ports import LOOPBACK, free_port_block, free_ports, port_is_free
 from groupscope_dev.postgres import LocalPostgres
 from groupscope_dev.spark_cluster import SparkCluster
@@ -69,7 +69,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("spark-stack")
     stack = Stack(root / ".stack", root / ".stack.env")
     kafka_port, pg_port, connect_port, master_port = free_ports(4)
-    layout = {"brokers": 1, "kafka_version": "4.3.1", "kafka_port": kafka_port,
+    layout = {"brokers": 1, "kafka_version": DEFAULT_KAFKA_VERSION, "kafka_port": kafka_port,
               "pg_port": pg_port, "spark_connect_port": connect_port,
               "spark_cluster": [master_port, free_port_block(2)]}
     stack.state_dir.mkdir(parents=True)
