@@ -20,9 +20,13 @@ from groupscope_dev import StackError
 from groupscope_dev.kafka import DEFAULT_BROKER_PORT, DEFAULT_KAFKA_VERSION, KafkaCluster
 from groupscope_dev.postgres import DEFAULT_PORT as DEFAULT_PG_PORT
 from groupscope_dev.postgres import LocalPostgres
+from groupscope_dev.spark_cluster import SparkCluster
 from groupscope_dev.spark_connect import SparkConnectServer
 
 DEFAULT_SPARK_CONNECT_PORT = 15002  # Spark Connect's own default
+DEFAULT_SPARK_MASTER_PORT = 7077  # a standalone master's own default
+# The master's web UI (Spark's default, 8080, is Airflow's); the worker's is the next port.
+DEFAULT_SPARK_WEBUI_PORT = 8090
 
 
 def say(message: str) -> None:
@@ -53,19 +57,41 @@ class Stack:
         return LocalPostgres(self.state_dir / "postgres", port=layout["pg_port"])
 
     def spark_connect(self, layout: dict[str, Any]) -> SparkConnectServer:
+        cluster = self.spark_cluster(layout)
         return SparkConnectServer(self.state_dir / "spark-connect",
-                                  port=layout["spark_connect_port"])
+                                  port=layout["spark_connect_port"],
+                                  master=cluster.master_url if cluster else "local[2]")
+
+    def spark_cluster(self, layout: dict[str, Any]) -> SparkCluster | None:
+        """The standalone cluster of a stack started with ``--spark-cluster``. The Spark
+        Connect server attaches to it (the DAGs run the analytics there when its connection
+        exists, so a Connect server on local[2] would leave the cluster idle). Every
+        application gets two cores, as ``local[2]`` and docker compose give it: the worker
+        offers four, two for the Connect server's executor, which holds them while it runs,
+        and two for a spark-submitted job at a time (executors mostly wait on one another, so
+        four on a two-core machine cost little)."""
+        ports = layout.get("spark_cluster")
+        if not ports:
+            return None
+        master_port, webui_port = ports
+        return SparkCluster(self.state_dir / "spark-cluster", master_port, webui_port,
+                            webui_port + 1, worker_cores=4, worker_memory="2g",
+                            cores_per_app=2)
 
     def up(self, brokers: int, version: str, kafka_port: int, pg_port: int,
            spark_connect_port: int = DEFAULT_SPARK_CONNECT_PORT,
-           bootstrap: str | None = None) -> dict[str, str]:
+           bootstrap: str | None = None,
+           spark_cluster: tuple[int, int] | None = None) -> dict[str, str]:
         """Starts what is not running yet. ``bootstrap``: a cluster of the user's own, so no
-        local Kafka is started."""
+        local Kafka is started. ``spark_cluster``: the (master, web UI) ports of a standalone
+        master and worker, the Spark Connect server's master."""
         wanted: dict[str, Any] = {
             "brokers": brokers, "kafka_version": version, "kafka_port": kafka_port,
             "pg_port": pg_port, "spark_connect_port": spark_connect_port}
         if bootstrap:
             wanted["bootstrap"] = bootstrap
+        if spark_cluster:
+            wanted["spark_cluster"] = list(spark_cluster)
         existing = self.layout()
         if existing is not None and existing != wanted:
             raise StackError(
@@ -95,19 +121,38 @@ class Stack:
             engine.dispose()
         say(f"PostgreSQL ready at {warehouse.safe_url(postgres.url)}"
             + (f"; applied {', '.join(applied)}" if applied else ""))
-        spark_connect = self.spark_connect(wanted)
+        env = {"KAFKA_BOOTSTRAP": bootstrap, "WAREHOUSE_URL": postgres.url,
+               "KAFKA_VERSION": version, "KAFKA_BROKERS": str(brokers), **self.up_spark(wanted)}
+        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        return env
+
+    def up_spark(self, layout: dict[str, Any]) -> dict[str, str]:
+        """The Spark part of ``up``: the standalone cluster when the layout has one, then the
+        Spark Connect server (on it). Returns SPARK_MASTER_URL (the master of the stack's
+        spark-submitted jobs: the spark_default connection), SPARK_MASTER_UI and
+        SPARK_CONNECT_URL."""
+        env = {"SPARK_MASTER_URL": "local[2]"}
+        cluster = self.spark_cluster(layout)
+        if cluster is not None:
+            if all(cluster.running(role) for role in ("master", "worker")):
+                say(f"Spark master already running at {cluster.master_url}")
+            else:
+                cluster.stop()  # what is left of one that half stopped
+                say(f"starting a Spark master and worker ({cluster.worker_cores} cores, "
+                    f"{cluster.worker_memory}); logs in {cluster.state_dir}")
+                cluster.start()
+                say(f"Spark master ready at {cluster.master_url}, UI {cluster.webui_url}")
+            env |= {"SPARK_MASTER_URL": cluster.master_url,
+                    "SPARK_MASTER_UI": cluster.webui_url}
+        spark_connect = self.spark_connect(layout)
         if spark_connect.running():
             say(f"Spark Connect already running at {spark_connect.url}")
         else:
-            say("starting the Spark Connect server (local[2]); log: "
+            say(f"starting the Spark Connect server ({spark_connect.master}); log: "
                 f"{spark_connect.log}")
             spark_connect.start()
             say(f"Spark Connect ready at {spark_connect.url}")
-        env = {"KAFKA_BOOTSTRAP": bootstrap, "WAREHOUSE_URL": postgres.url,
-               "KAFKA_VERSION": version, "KAFKA_BROKERS": str(brokers),
-               "SPARK_CONNECT_URL": spark_connect.url}
-        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-        return env
+        return env | {"SPARK_CONNECT_URL": spark_connect.url}
 
     def down(self) -> None:
         _stop_main_job(self.state_dir / "run.pid")
@@ -118,13 +163,17 @@ class Stack:
         else:
             if "spark_connect_port" in layout:
                 self.spark_connect(layout).stop()
+            cluster = self.spark_cluster(layout)
+            if cluster is not None:
+                cluster.stop()
+                say("stopped the Spark master and worker")
             self.kafka(layout).destroy()
             self.postgres(layout).destroy()
             say("stopped Spark Connect, Kafka and PostgreSQL and removed their data")
         # The main job's own state describes the Kafka and warehouse just removed.
         import shutil
 
-        for leftover in ("landing", "airflow", "demo", "spark-connect"):
+        for leftover in ("landing", "airflow", "demo", "spark-connect", "spark-cluster"):
             shutil.rmtree(self.state_dir / leftover, ignore_errors=True)
         (self.state_dir / "alerts.jsonl").unlink(missing_ok=True)
         self.manifest.unlink(missing_ok=True)
@@ -144,8 +193,16 @@ class Stack:
         if "spark_connect_port" in layout:
             spark_connect = self.spark_connect(layout)
             status += (f"\nSpark Connect {spark_connect.url}: "
-                       f"{'up' if spark_connect.running() else 'DOWN'}")
+                       f"{'up' if spark_connect.running() else 'DOWN'} (on {spark_connect.master})")
+        cluster = self.spark_cluster(layout)
+        if cluster is not None:
+            status += f"\n{cluster.describe()}"
         return status
+
+
+def spark_cluster_ports(args: argparse.Namespace) -> tuple[int, int] | None:
+    """``--spark-cluster``'s (master, web UI) ports, None without it."""
+    return (args.spark_master_port, args.spark_webui_port) if args.spark_cluster else None
 
 
 def _stop_main_job(pid_file: Path) -> None:
@@ -192,7 +249,9 @@ def _stop_airflow(pid_file: Path) -> None:
 def _describe(layout: dict[str, Any]) -> str:
     return (f"Kafka {layout['kafka_version']} x{layout['brokers']} on :{layout['kafka_port']}, "
             f"PostgreSQL on :{layout['pg_port']}, "
-            f"Spark Connect on :{layout.get('spark_connect_port', '-')}")
+            f"Spark Connect on :{layout.get('spark_connect_port', '-')}"
+            + (f", Spark master on :{layout['spark_cluster'][0]}"
+               if layout.get("spark_cluster") else ""))
 
 
 def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
@@ -225,7 +284,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                         if args.bootstrap else
                         "Kafka, PostgreSQL and the Spark Connect server (the live analytics)"))
     env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
-                   args.spark_connect_port, bootstrap=args.bootstrap)
+                   args.spark_connect_port, bootstrap=args.bootstrap,
+                   spark_cluster=spark_cluster_ports(args))
     demo = None
     if args.demo == "story":
         demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
@@ -264,7 +324,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     airflow = LocalAirflow(
         stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
         dict([kafka_connection("local", {"bootstrap.servers": env["KAFKA_BOOTSTRAP"]}),
-              warehouse_connection(env["WAREHOUSE_URL"]), spark_connection("local[2]"),
+              warehouse_connection(env["WAREHOUSE_URL"]), spark_connection(env["SPARK_MASTER_URL"]),
               spark_connect_connection(env["SPARK_CONNECT_URL"])])
         | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
            "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
@@ -606,6 +666,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--spark-connect-port", type=int, default=DEFAULT_SPARK_CONNECT_PORT,
                        metavar="PORT", help="the Spark Connect server's port (default "
                                             f"{DEFAULT_SPARK_CONNECT_PORT})")
+        p.add_argument("--spark-cluster", action="store_true",
+                       help="also a Spark standalone master and worker from the pyspark wheel "
+                            "(the Spark Connect server and spark_default run the jobs there)")
+        p.add_argument("--spark-master-port", type=int, default=DEFAULT_SPARK_MASTER_PORT,
+                       metavar="PORT", help="with --spark-cluster: the master's port (default "
+                                            f"{DEFAULT_SPARK_MASTER_PORT})")
+        p.add_argument("--spark-webui-port", type=int, default=DEFAULT_SPARK_WEBUI_PORT,
+                       metavar="PORT", help="with --spark-cluster: the master's web UI (default "
+                                            f"{DEFAULT_SPARK_WEBUI_PORT}; the worker's is the "
+                                            "next port)")
     run.add_argument("--bootstrap", metavar="HOST:PORT",
                      help="watch this cluster instead of starting a local Kafka (with "
                           "--demo none: your own groups, left alone)")
@@ -655,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.action == "up":
             env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
-                           args.spark_connect_port)
+                           args.spark_connect_port, spark_cluster=spark_cluster_ports(args))
             print("".join(f"{k}={v}\n" for k, v in env.items()), end="")
             say(f"wrote {stack.env_file}")
         elif args.action == "run":
