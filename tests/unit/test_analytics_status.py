@@ -174,6 +174,9 @@ CASES: list[tuple[int, str, list[Obs], str, str]] = [
     (29, "a consumer at a quarter of the production rate: its lag grows by three quarters of "
          "what is produced, beyond two intervals' production from the fourth snapshot",
      minutes(*[(150 * i, 600 * i + 10, 1) for i in range(4)]), "WARN", "falling_behind"),
+    (30, "a consumer at 90 % of the production rate: its lag grows slowly, but it grows; past "
+         "two intervals' production (1,200) at the 20th minute it is WARN",
+     minutes(*[(540 * i, 600 * i + 10, 1) for i in range(21)]), "WARN", "falling_behind"),
 ]
 
 # The cases whose every observation must be OK: a false alarm fires at any snapshot.

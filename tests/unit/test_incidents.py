@@ -223,13 +223,12 @@ def test_a_stopped_group_behind_in_time_notifies_once_for_the_whole_episode(
     assert run.at(30, err("orders", 12), lag_seconds("orders", 700)) == [
         "firing group_err orders"]
     assert run.state("lag_seconds_high") == FIRING  # an incident, held from the receivers
-    assert run.at(60, err("orders", 0), lag_seconds("orders", 800)) == []
-    assert run.at(130, err("orders", 0), lag_seconds("orders", 800)) == [
+    # back and caught up: both keep firing for a while, then end; the held one silently
+    assert run.at(60, err("orders", 0), lag_seconds("orders", 10)) == []
+    assert run.at(130, err("orders", 0), lag_seconds("orders", 10)) == [
         "resolved group_err orders"]
-    # the lag outlives the stop; its episode resolves later, silently
-    assert run.at(200, err("orders", 0), lag_seconds("orders", 10)) == []
-    assert run.at(300, err("orders", 0), lag_seconds("orders", 10)) == []
     assert run.state("lag_seconds_high") is None
+    assert run.at(200, err("orders", 0), lag_seconds("orders", 10)) == []
 
 
 def test_a_lag_that_fired_before_the_stop_still_resolves(tmp_path: Path) -> None:
@@ -247,3 +246,17 @@ def test_inhibition_is_per_group(tmp_path: Path) -> None:
     run = Run(rules(tmp_path, INHIBITION_RULES))
     assert sorted(run.at(0, err("orders", 12), lag_seconds("payments", 700))) == [
         "firing group_err orders", "firing lag_seconds_high payments"]
+
+
+def test_a_held_lag_fires_once_its_stop_is_over_and_it_still_holds(tmp_path: Path) -> None:
+    """The group came back but does not catch up: the lag it was held for is news now."""
+    run = Run(rules(tmp_path, INHIBITION_RULES))
+    assert run.at(0, err("orders", 12), lag_seconds("orders", 700)) == [
+        "firing group_err orders"]
+    assert run.at(30, err("orders", 0), lag_seconds("orders", 900)) == []
+    assert run.at(100, err("orders", 0), lag_seconds("orders", 9000)) == [
+        "resolved group_err orders", "firing lag_seconds_high orders"]
+    assert run.at(130, err("orders", 0), lag_seconds("orders", 9000)) == []
+    assert run.at(150, err("orders", 0), lag_seconds("orders", 5)) == []  # keeps firing 60 s
+    assert run.at(200, err("orders", 0), lag_seconds("orders", 5)) == [
+        "resolved lag_seconds_high orders"]

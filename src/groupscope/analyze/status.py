@@ -23,13 +23,14 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         group has no members: nobody is consuming.
 6. ``stalled``  STALL   the same, with members present: they are there but not progressing.
 7. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
-                        (at least ``min_trend_points`` observations), and by more than
+                        (at least ``min_trend_points`` observations), and it is more than
                         ``in_flight_intervals`` snapshot intervals' worth of production (the
                         records produced over the window, per interval): a consumer keeping
                         up has at most what was produced since its last commit in flight, so
                         the noise of that small lag is no trend (a healthy group's lag going
-                        1, 2, 3 over three snapshots is not falling behind; one consuming a
-                        quarter of what is produced is, from the fourth snapshot).
+                        1, 2, 3 over three snapshots is not falling behind). The guard is on
+                        the lag's level, not its growth over the window, so a consumer only a
+                        little slower than production is WARN too once its lag passes it.
 8. ``consuming`` OK     otherwise.
 
 The stop threshold follows the partition's own commit rhythm (Burrow's window of commits):
@@ -89,7 +90,7 @@ class StatusSettings:
     min_stop_s: float = 0.0  # the least stop threshold once it is (snapshots are the resolution)
     burst_factor: float = 2.0
     min_trend_points: int = 3
-    in_flight_intervals: float = 2.0  # lag growth below this many intervals' production: noise
+    in_flight_intervals: float = 2.0  # a lag below this many intervals' production: in flight
 
 
 def _t(column: str) -> Column:
@@ -201,7 +202,8 @@ def partition_status(lag: DataFrame, groups: DataFrame,
         Rule.FALLING_BEHIND: behind & (F.col("_n") >= settings.min_trend_points)
         & (F.col("committed_offset") > F.col("_committed_first"))
         & F.coalesce(F.col("_lag_never_fell"), F.lit(False))
-        & ((F.col("lag") - F.col("_lag_first")) * (F.col("_n") - 1)
+        & (F.col("lag") > F.col("_lag_first"))
+        & (F.col("lag") * (F.col("_n") - 1)
            > F.lit(settings.in_flight_intervals)
            * (F.col("high_watermark") - F.col("_hw_first"))),
         Rule.CONSUMING: F.lit(True),

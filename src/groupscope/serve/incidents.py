@@ -118,7 +118,7 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
             changed.append(updated)
         if notice is not None:
             notices.append(notice)
-    kept, marked = _inhibited(notices, [*current.values(), *changed])
+    kept, marked = _inhibited(notices, [*current.values(), *changed], now)
     if marked:
         by_id = {i.incident_id: i for i in marked}
         changed = [by_id.pop(i.incident_id, i) for i in changed] + list(by_id.values())
@@ -128,34 +128,50 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
 # The conditions whose notifications a firing incident of another condition, on the same
 # group, makes redundant (Alertmanager calls this inhibition): a group STOPPED or STALLED is
 # Empty with a growing lag, and behind in records and in time, and its message already says
-# so. An incident that fires while its inhibitor fires notifies nothing for the whole episode:
-# not its firing, its repeats, nor its resolution (the receiver never heard of it). One that
-# fired before its inhibitor did keeps its resolution, so nothing is left open at a receiver.
+# so. An incident that starts firing while its inhibitor fires is held: it notifies nothing
+# while the inhibitor fires. If it still holds once the inhibitor is over (the group came back
+# but does not catch up), it fires then; if it is over by then too, it ends silently (the
+# receivers never heard of it). One that fired before its inhibitor keeps its resolution, so
+# no receiver is left with an incident it never hears the end of.
 INHIBITED_BY = {"group_empty_lag_growing": "group_status_err",
                 "lag_seconds": "group_status_err", "lag_records": "group_status_err"}
-INHIBITED = "inhibited_by"  # in an incident's details: the episode's notifications are held
+INHIBITED = "inhibited_by"  # in an incident's details: held, its firing not sent
 
 
-def _inhibited(notices: list[Notice], incidents: Iterable[Incident]
+def _inhibited(notices: list[Notice], incidents: Iterable[Incident], now: datetime
                ) -> tuple[list[Notice], list[Incident]]:
-    """The notices left to send, and the incidents newly marked as inhibited."""
+    """The notices left to send (with the firing of held incidents whose inhibitor is over),
+    and the incidents newly held or released."""
     latest = {i.incident_id: i for i in incidents}
     firing = {(i.cluster, i.group_id, i.details.get("condition")) for i in latest.values()
               if i.state == FIRING}
-    kept, marked = [], []
+
+    def inhibitor_fires(incident: Incident) -> bool:
+        inhibitor = INHIBITED_BY.get(str(incident.details.get("condition")))
+        return bool(inhibitor) and (incident.cluster, incident.group_id, inhibitor) in firing
+
+    kept, updated = [], []
+    noticed = {n.incident.incident_id for n in notices}
     for n in notices:
         incident = latest.get(n.incident.incident_id, n.incident)
-        inhibitor = INHIBITED_BY.get(str(incident.details.get("condition")))
         if incident.details.get(INHIBITED):
-            continue
-        if inhibitor and n.notification != "resolved" \
-                and (incident.cluster, incident.group_id, inhibitor) in firing:
+            continue  # held: its repeats and its resolution are silent too
+        if n.notification != "resolved" and inhibitor_fires(incident):
             if n.notification == "firing":
-                marked.append(replace(incident, details={**incident.details,
-                                                         INHIBITED: inhibitor}))
+                updated.append(replace(incident, details={
+                    **incident.details,
+                    INHIBITED: INHIBITED_BY[str(incident.details.get("condition"))]}))
             continue
         kept.append(n)
-    return kept, marked
+    for incident in latest.values():
+        if (incident.state == FIRING and incident.details.get(INHIBITED)
+                and incident.incident_id not in noticed and incident.last_seen_at == now
+                and not inhibitor_fires(incident)):
+            released = replace(incident, last_notified_at=now, details={
+                k: v for k, v in incident.details.items() if k != INHIBITED})
+            updated.append(released)
+            kept.append(Notice(released, "firing"))
+    return kept, updated
 
 
 def _step(incident: Incident | None, holds: bool, obs: Observation, effective: Any, fp: str,
