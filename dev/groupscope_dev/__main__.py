@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -280,114 +281,138 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     stack.state_dir.mkdir(parents=True, exist_ok=True)
     (stack.state_dir / "run.pid").write_text(str(os.getpid()))
-    say("step 1/4: " + ("PostgreSQL and the Spark Connect server (the live analytics)"
-                        if args.bootstrap else
-                        "Kafka, PostgreSQL and the Spark Connect server (the live analytics)"))
-    env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
-                   args.spark_connect_port, bootstrap=args.bootstrap,
-                   spark_cluster=spark_cluster_ports(args))
-    demo = None
-    if args.demo == "story":
-        demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
-                    kip848=not args.kafka_version.startswith("3."),
-                    time_scale=1.0 / args.demo_speed)
-        say("step 2/4: the demo workload: a producer and eight consumer groups (range, "
-            "roundrobin, cooperative-sticky, static, KIP-848, a slow one, assign-only, empty)")
-        demo.start()
-    else:
-        say("step 2/4: no demo workload (--demo none): watching the cluster's own groups")
-    landing = stack.state_dir / "landing"
-    alert_log = stack.state_dir / "alerts.jsonl"
-    # The e-mail channel's SMTP server: each alert mail lands in <state>/mail as .eml and .txt.
-    mail = MailCatcher(stack.state_dir / "mail")
-    mail.start()
-    alerting = dict([mail.connection("groupscope_smtp", "oncall@localhost")])
-    where = {"email": f"{_short(mail.folder)}/"}
-    # The webhook channel: the URL given, or a local catcher writing <state>/webhook/webhook.log.
-    catcher = None
-    if args.alert_webhook:
-        alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = args.alert_webhook
-        where["webhook"] = "(your --alert-webhook URL)"
-    else:
-        catcher = WebhookCatcher(stack.state_dir / "webhook")
-        catcher.start()
-        alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = catcher.url
-        where["webhook"] = _short(catcher.folder / "webhook.log") if catcher.folder else catcher.url
-    if os.environ.get("AIRFLOW_CONN_GROUPSCOPE_SLACK"):
-        where["slack"] = "(the groupscope_slack connection's channel)"
-    if demo is not None and not os.environ.get("GROUPSCOPE_ALERT_RULES"):
-        rules = stack.state_dir / "demo-rules.yaml"
-        rules.write_text(demo_rules(demo.time_scale))
-        alerting["GROUPSCOPE_ALERT_RULES"] = str(rules)
-    grafana = _grafana_provisioning(stack.state_dir / "grafana", env["WAREHOUSE_URL"], args.every)
-    worker_logs, trigger_logs = free_ports(2)
-    airflow = LocalAirflow(
-        stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
-        dict([kafka_connection("local", {"bootstrap.servers": env["KAFKA_BOOTSTRAP"]}),
-              warehouse_connection(env["WAREHOUSE_URL"]), spark_connection(env["SPARK_MASTER_URL"]),
-              spark_connect_connection(env["SPARK_CONNECT_URL"])])
-        | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
-           "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
-           "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
-           "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule} | alerting)
     started = datetime.now(UTC)
-    printer = _StatusPrinter(airflow, env["WAREHOUSE_URL"], "local", alert_log, where)
     try:
-        say("step 3/4: airflow standalone (scheduler, DAG processor, API server, triggerer); "
-            f"the first start migrates its database, about a minute; log: "
-            f"{airflow.home / 'standalone.log'}")
-        airflow.start()
-        (stack.state_dir / "airflow.pid").write_text(str(airflow.process.pid)
-                                                     if airflow.process else "")
-        airflow.wait_ready()
-        say("step 4/4: waiting for the DAGs to be parsed, then unpausing them")
-        printer.dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
-        for dag_id in printer.dag_ids:
-            airflow.unpause(dag_id)
-        print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
-                      catcher.folder if catcher else None, printer.dag_ids, grafana), flush=True)
-        if demo is not None:
-            print(f"The demo's timeline (minutes after the first snapshot is in the warehouse"
-                  f"{_speed(args.demo_speed)}; alert thresholds in "
-                  f"{alerting.get('GROUPSCOPE_ALERT_RULES', 'yours')}):\n"
-                  + demo.describe() + "\n", flush=True)
-        began, next_table = time.monotonic(), time.monotonic() + args.status_every
-        while not stop_requested:
-            _sleep_unless(lambda: stop_requested, 1.0)
-            if stop_requested or (args.duration and time.monotonic() - began >= args.duration):
-                break
-            if demo is not None and demo.started_at is None and printer.snapshots() > 0:
-                demo.start_timeline()  # the story happens while groupscope watches
-                print(f"{_now()}  DEMO      the first snapshot is in the warehouse: the "
-                      "timeline starts", flush=True)
-            for happened in demo.advance() if demo is not None else []:
-                print(f"{_now()}  DEMO      {happened}", flush=True)
-            for line in printer.notifications():
-                print(line, flush=True)
-            if time.monotonic() >= next_table:
-                next_table = time.monotonic() + args.status_every
-                print(printer.table(), flush=True)
+        # Cleanup runs last-registered first, each step even if an earlier one failed: stop
+        # Airflow, the workload and the catchers, print the summary, then remove the stack.
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(_finish, stack, args.keep)
+            say("step 1/4: " + ("PostgreSQL and the Spark Connect server (the live analytics)"
+                                if args.bootstrap else
+                                "Kafka, PostgreSQL and the Spark Connect server (the live "
+                                "analytics)"))
+            env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
+                           args.spark_connect_port, bootstrap=args.bootstrap,
+                           spark_cluster=spark_cluster_ports(args))
+            mail_folder, where = stack.state_dir / "mail", dict[str, str]()
+            printer = _StatusPrinter(env["WAREHOUSE_URL"], "local", stack.state_dir /
+                                     "alerts.jsonl", where, started)
+            grafana = stack.state_dir / "grafana"
+            cleanup.callback(printer.close)
+            cleanup.callback(lambda: print(printer.summary(
+                len(list(mail_folder.glob("*.eml"))), _dashboard_hints(stack, grafana,
+                                                                       args.keep)), flush=True))
+            demo = None
+            if args.demo == "story":
+                demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
+                            kip848=not args.kafka_version.startswith("3."),
+                            time_scale=1.0 / args.demo_speed)
+                say("step 2/4: the demo workload: a producer and eight consumer groups (range, "
+                    "roundrobin, cooperative-sticky, static, KIP-848, a slow one, assign-only, "
+                    "empty)")
+                cleanup.callback(_stop_demo, demo)
+                demo.start()
+            else:
+                say("step 2/4: no demo workload (--demo none): watching the cluster's own "
+                    "groups")
+            landing = stack.state_dir / "landing"
+            alert_log = stack.state_dir / "alerts.jsonl"
+            # The e-mail channel's SMTP server: each mail lands in <state>/mail, .eml and .txt.
+            mail = MailCatcher(mail_folder)
+            mail.start()
+            cleanup.callback(mail.stop)
+            alerting = dict([mail.connection("groupscope_smtp", "oncall@localhost")])
+            where["email"] = f"{_short(mail.folder)}/"
+            # The webhook channel: the URL given, or a local catcher writing webhook.log.
+            catcher = None
+            if args.alert_webhook:
+                alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = args.alert_webhook
+                where["webhook"] = "(your --alert-webhook URL)"
+            else:
+                catcher = WebhookCatcher(stack.state_dir / "webhook")
+                catcher.start()
+                cleanup.callback(catcher.stop)
+                alerting["GROUPSCOPE_ALERT_WEBHOOK_URL"] = catcher.url
+                where["webhook"] = (_short(catcher.folder / "webhook.log") if catcher.folder
+                                    else catcher.url)
+            if os.environ.get("AIRFLOW_CONN_GROUPSCOPE_SLACK"):
+                where["slack"] = "(the groupscope_slack connection's channel)"
+            if demo is not None and not os.environ.get("GROUPSCOPE_ALERT_RULES"):
+                rules = stack.state_dir / "demo-rules.yaml"
+                rules.write_text(demo_rules(demo.time_scale, floor_s=2 * args.every))
+                alerting["GROUPSCOPE_ALERT_RULES"] = str(rules)
+            _grafana_provisioning(grafana, env["WAREHOUSE_URL"], args.every)
+            worker_logs, trigger_logs = free_ports(2)
+            airflow = LocalAirflow(
+                stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
+                dict([kafka_connection("local", {"bootstrap.servers": env["KAFKA_BOOTSTRAP"]}),
+                      warehouse_connection(env["WAREHOUSE_URL"]),
+                      spark_connection(env["SPARK_MASTER_URL"]),
+                      spark_connect_connection(env["SPARK_CONNECT_URL"])])
+                | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
+                   "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
+                   "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
+                   "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule} | alerting)
+            printer.airflow = airflow
+            say("step 3/4: airflow standalone (scheduler, DAG processor, API server, "
+                "triggerer); the first start migrates its database, about a minute; log: "
+                f"{airflow.home / 'standalone.log'}")
+            cleanup.callback(_stop_local_airflow, airflow, stack.state_dir / "airflow.pid")
+            airflow.start()
+            (stack.state_dir / "airflow.pid").write_text(str(airflow.process.pid)
+                                                         if airflow.process else "")
+            airflow.wait_ready()
+            say("step 4/4: waiting for the DAGs to be parsed, then unpausing them")
+            printer.dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
+            for dag_id in printer.dag_ids:
+                airflow.unpause(dag_id)
+            print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
+                          catcher.folder if catcher else None, printer.dag_ids, grafana),
+                  flush=True)
+            if demo is not None:
+                print(f"The demo's timeline (minutes after the first snapshot is in the "
+                      f"warehouse{_speed(args.demo_speed)}; alert thresholds in "
+                      f"{alerting.get('GROUPSCOPE_ALERT_RULES', 'yours')}):\n"
+                      + demo.describe() + "\n", flush=True)
+            began, next_table = time.monotonic(), time.monotonic() + args.status_every
+            while not stop_requested:
+                _sleep_unless(lambda: stop_requested, 1.0)
+                if stop_requested or (args.duration
+                                      and time.monotonic() - began >= args.duration):
+                    break
+                if demo is not None and demo.started_at is None and printer.snapshots() > 0:
+                    demo.start_timeline()  # the story happens while groupscope watches
+                    print(f"{_now()}  DEMO      the first snapshot is in the warehouse: the "
+                          "timeline starts", flush=True)
+                for happened in demo.advance() if demo is not None else []:
+                    print(f"{_now()}  DEMO      {happened}", flush=True)
+                for line in printer.notifications():
+                    print(line, flush=True)
+                if time.monotonic() >= next_table:
+                    next_table = time.monotonic() + args.status_every
+                    print(printer.table(), flush=True)
     except KeyboardInterrupt:
         pass
-    finally:
-        say("stopping Airflow")
-        airflow.stop()
-        (stack.state_dir / "airflow.pid").unlink(missing_ok=True)
-        if demo is not None:
-            say("stopping the demo workload")
-            demo.stop()
-        mail.stop()
-        if catcher is not None:
-            catcher.stop()
-        print(printer.summary(started, len(list(mail.folder.glob("*.eml"))),
-                              _dashboard_hints(stack, grafana)), flush=True)
-        printer.close()
-        (stack.state_dir / "run.pid").unlink(missing_ok=True)
-        if args.keep:
-            say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
-        else:
-            stack.down()
     return 0
+
+
+def _finish(stack: Stack, keep: bool) -> None:
+    (stack.state_dir / "run.pid").unlink(missing_ok=True)
+    if keep:
+        say("Kafka and PostgreSQL keep running (dev/stack down stops them)")
+    else:
+        stack.down()
+
+
+def _stop_demo(demo: Any) -> None:
+    say("stopping the demo workload")
+    demo.stop()
+
+
+def _stop_local_airflow(airflow: Any, pid_file: Path) -> None:
+    say("stopping Airflow")
+    airflow.stop()
+    pid_file.unlink(missing_ok=True)
 
 
 def _short(path: Path) -> str:
@@ -477,9 +502,10 @@ def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, aler
 class _StatusPrinter:
     """The lines ``./run`` prints while it runs (``groupscope_dev.runstatus`` renders them)."""
 
-    def __init__(self, airflow: Any, warehouse_url: str, cluster: str, alert_log: Path,
-                 where: dict[str, str]) -> None:
-        self.airflow, self.url, self.cluster = airflow, warehouse_url, cluster
+    def __init__(self, warehouse_url: str, cluster: str, alert_log: Path,
+                 where: dict[str, str], since: datetime) -> None:
+        self.airflow: Any = None
+        self.url, self.cluster, self.since = warehouse_url, cluster, since
         self.alert_log, self.where = alert_log, where
         self.dag_ids: list[str] = []
         self.seen: set[tuple[str, str, str, str]] = set()
@@ -501,13 +527,19 @@ class _StatusPrinter:
             self._engine = None
 
     def snapshots(self) -> int:
+        """The snapshots of this run's cluster taken since it started (a warehouse kept from
+        an earlier run holds older ones)."""
         from groupscope import warehouse
 
         try:
-            return int(self._read(lambda conn: conn.execute(
-                text("SELECT count(*) FROM raw.snapshots")).scalar_one()))
+            return int(self._read(lambda conn: self._count_snapshots(conn)))
         except warehouse.WarehouseUnavailable:
             return 0
+
+    def _count_snapshots(self, conn: Any) -> int:
+        return int(conn.execute(text(
+            "SELECT count(*) FROM raw.snapshots WHERE cluster = :c AND snapshot_ts >= :since"),
+            {"c": self.cluster, "since": self.since}).scalar_one())
 
     def notifications(self) -> list[str]:
         """A line per notification sent (or failed) since the last call."""
@@ -515,7 +547,7 @@ class _StatusPrinter:
         from groupscope_dev.runstatus import read_notifications, render_notification
 
         try:
-            sent = self._read(lambda conn: read_notifications(conn, self.seen))
+            sent = self._read(lambda conn: read_notifications(conn, self.seen, self.since))
         except warehouse.WarehouseUnavailable:
             return []
         self.sent += sum(1 for s in sent for _, state, _ in s.channels if state == "sent")
@@ -548,14 +580,18 @@ class _StatusPrinter:
             loaded, rows, open_now = self._read(lambda conn: (
                 int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one()),
                 read_groups(conn, self.cluster), incidents.open_incidents(conn)))
-            firing = [i for i in open_now if i.state == "firing"]
+            firing = [i for i in open_now if i.state == "firing"
+                      and not i.details.get(incidents.INHIBITED)]
+            held = [i for i in open_now if i.details.get(incidents.INHIBITED)]
             named = sorted({f"{i.group_id or i.cluster} {headline(i)}" for i in firing})
             parts.append(f"warehouse: {loaded} snapshots")
             parts.append(f"alerts: {len(firing)} firing"
                          + (f" ({'; '.join(named[:3])}{'; ...' if len(named) > 3 else ''})"
                             if named else "")
-                         + (f", {len(open_now) - len(firing)} pending"
-                            if len(open_now) > len(firing) else "")
+                         + (f", {len(held)} held (said by their group's STOPPED/STALLED)"
+                            if held else "")
+                         + (f", {len(open_now) - len(firing) - len(held)} pending"
+                            if len(open_now) > len(firing) + len(held) else "")
                          + f", {self.sent} notification(s) sent")
             groups = "\n" + render_groups(rows)
         except warehouse.WarehouseUnavailable:
@@ -565,29 +601,29 @@ class _StatusPrinter:
             parts.append(f"task failures: {len(failures)} (last: {failures[-1]['title']})")
         return " | ".join(parts) + groups
 
-    def summary(self, started: datetime, mails: int, dashboards: list[str]) -> str:
-        from groupscope import warehouse
+    def summary(self, mails: int, dashboards: list[str]) -> str:
         from groupscope.serve.incidents import incidents_since
         from groupscope_dev.runstatus import render_summary
 
         try:
             loaded, happened = self._read(lambda conn: (
-                int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one()),
-                incidents_since(conn, started)))
-        except warehouse.WarehouseUnavailable:
-            return "\ngroupscope: the warehouse is unreachable, so no summary of the run."
-        return render_summary(loaded, started, datetime.now(UTC), happened, self.sent, mails,
-                              self.where, dashboards)
+                self._count_snapshots(conn), incidents_since(conn, self.since, self.cluster)))
+        except Exception as exc:  # the run is over: say so, and let the cleanup go on
+            # (the type only: a driver's message can carry connection details)
+            return f"\ngroupscope: no summary of the run ({type(exc).__name__})."
+        return render_summary(loaded, self.since, datetime.now(UTC), happened, self.sent,
+                              mails, self.where, dashboards)
 
 
-def _dashboard_hints(stack: Stack, grafana: Path) -> list[str]:
+def _dashboard_hints(stack: Stack, grafana: Path, keep: bool) -> list[str]:
     from groupscope_dev.postgres import READER_PASSWORD
 
     return [f"mount {grafana} at /etc/grafana/provisioning of a Grafana 12 "
             f"(GROUPSCOPE_READER_PASSWORD={READER_PASSWORD}), or push them to yours:",
             f"GRAFANA_TOKEN=... env $(cat {stack.env_file}) GROUPSCOPE_READER_PASSWORD="
             f"{READER_PASSWORD} .venv/bin/groupscope grafana publish --url URL",
-            "(the stack is removed now: publish while a ./run --keep stack is up)"]
+            "(the stack keeps running: dev/stack down removes it)" if keep else
+            "(the stack is removed now: next time, ./run --keep leaves it up to publish)"]
 
 
 def _sleep_unless(stop: Any, seconds: float) -> None:
@@ -618,6 +654,13 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         demo.stop()
     return 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
 
 
 RUN_DESCRIPTION = """\
@@ -679,10 +722,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--bootstrap", metavar="HOST:PORT",
                      help="watch this cluster instead of starting a local Kafka (with "
                           "--demo none: your own groups, left alone)")
-    run.add_argument("--demo", choices=("story", "none"), default="story",
-                     help="story (default): the demo workload and its timeline of incidents; "
-                          "none: no workload, only what the cluster has")
-    run.add_argument("--demo-speed", type=float, default=1.0, metavar="X",
+    run.add_argument("--demo", choices=("story", "none"),
+                     help="story (the default without --bootstrap): the demo workload and its "
+                          "timeline of incidents; none (the default with --bootstrap): no "
+                          "workload, only what the cluster has")
+    run.add_argument("--demo-speed", type=_positive, default=1.0, metavar="X",
                      help="play the demo's timeline X times faster, its alert durations too "
                           "(default 1: about ten minutes)")
     run.add_argument("--every", type=float, default=30.0, metavar="SECONDS",
@@ -712,13 +756,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--bootstrap", required=True, help="host:port of the cluster")
     demo.add_argument("--log-dir", default="dev/.stack/demo", help="where member logs go")
     demo.add_argument("--duration", type=float, help="stop after this many seconds")
-    demo.add_argument("--speed", type=float, default=1.0, metavar="X",
+    demo.add_argument("--speed", type=_positive, default=1.0, metavar="X",
                       help="play the timeline X times faster (default 1: about ten minutes)")
     demo.add_argument("--no-timeline", action="store_true",
                       help="only the healthy workload: no scripted incident")
     demo.add_argument("--no-kip848", action="store_true",
                       help="leave out the group.protocol=consumer group (Kafka < 4.0)")
     args = parser.parse_args(argv)
+    if args.action == "run" and args.demo is None:
+        args.demo = "none" if args.bootstrap else "story"  # never a workload on yours unasked
     if args.action == "demo":
         return run_demo(args)
     stack = Stack(Path(args.state_dir).resolve(), Path(args.env_file).resolve())

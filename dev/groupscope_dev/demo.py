@@ -114,10 +114,12 @@ STORM_EVERY_S = 15.0
 TIMELINE_END_S = 600.0  # the last resolved notification is due well before
 
 
-def demo_rules(time_scale: float = 1.0) -> str:
+def demo_rules(time_scale: float = 1.0, floor_s: float = 30.0) -> str:
     """The demo's alert rules file (on top of the built-in ones): a lag-seconds threshold the
     slow consumer crosses within the timeline (the built-in is 600 s for 5 m), and the
-    timeline's own compression applied to the durations."""
+    timeline's own compression applied to the durations. The threshold is compressed too, but
+    never below ``floor_s`` (two snapshot intervals, say): a lag in seconds is physical, and
+    a healthy group can be a snapshot interval behind."""
     def seconds(value: float) -> str:
         return f"{max(1, round(value * time_scale))}s"
 
@@ -125,7 +127,7 @@ def demo_rules(time_scale: float = 1.0) -> str:
         "# The demo's thresholds (dev/groupscope_dev/demo.py), on top of the built-in rules.\n"
         f"keep_firing_for: {seconds(120)}\n"
         "rules:\n"
-        f"  - {{name: lag_seconds_high, threshold: {max(1, round(60 * time_scale))}, "
+        f"  - {{name: lag_seconds_high, threshold: {max(round(floor_s), round(60 * time_scale))}, "
         f"for: {seconds(60)}}}\n"
     )
 
@@ -181,13 +183,14 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
                slow_rate: float) -> None:
     """One member: consume (at ``spec.rate`` records/s if set) and commit every second.
     SIGUSR1 slows it to ``slow_rate`` records/s, SIGUSR2 lets it run at full speed again."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(consumer_config(bootstrap, spec, index))
-    stopping = _stop_on_signals()
+    # Before anything slow: a signal that comes first would end the process.
     rate = [spec.rate]
     signal.signal(signal.SIGUSR1, lambda *_: rate.__setitem__(0, slow_rate))
     signal.signal(signal.SIGUSR2, lambda *_: rate.__setitem__(0, spec.rate))
+    stopping = _stop_on_signals()
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(consumer_config(bootstrap, spec, index))
     owned = [TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t])]
     if spec.assign_only:
         consumer.assign(owned)

@@ -50,7 +50,8 @@ class GroupNow:
     rewind_partitions: int = 0
     earlier_lag: int | None = None  # the lag about TREND_OVER before
     earlier_ts: datetime | None = None
-    empty_since: datetime | None = None  # the first snapshot without members, after some
+    empty_since: datetime | None = None  # the first snapshot without members (after some)
+    empty_since_known: bool = True  # False: no snapshot with members in the look-back
     worst_reason: str | None = None
     protocol_type: str | None = None  # '' for a group that only commits (assign())
 
@@ -106,7 +107,12 @@ GROUP BY c.group_id, c.snapshot_ts, c.state, c.member_count, c.protocol_type
 # Since when each Empty group has had no member: the first snapshot without one after the
 # last snapshot with one (within EMPTY_LOOKBACK).
 _EMPTY_SINCE = text("""
-SELECT g.group_id, min(g.snapshot_ts) AS since
+SELECT g.group_id, min(g.snapshot_ts) AS since,
+       bool_or(EXISTS (
+           SELECT 1 FROM raw.consumer_groups h
+           WHERE h.cluster = g.cluster AND h.group_id = g.group_id AND h.snapshot_ts <= :at
+             AND h.snapshot_ts >= CAST(:at AS timestamptz) - CAST(:lookback AS interval)
+             AND h.member_count > 0)) AS known
 FROM raw.consumer_groups g
 WHERE g.cluster = :cluster AND g.group_id = ANY(:groups) AND g.snapshot_ts <= :at
   AND g.snapshot_ts >= CAST(:at AS timestamptz) - CAST(:lookback AS interval)
@@ -130,10 +136,10 @@ def read_groups(conn: Any, cluster: str) -> list[GroupNow]:
     groups = [GroupNow(**{k: v for k, v in r.items() if v is not None or k in _NULLABLE})
               for r in rows]
     empty = {g.group_id: g.snapshot_ts for g in groups if g.members == 0}
-    since: dict[str, datetime] = {}
+    since: dict[str, tuple[datetime, bool]] = {}
     for at in set(empty.values()):
         names = [name for name, ts in empty.items() if ts == at]
-        since |= {r.group_id: r.since for r in conn.execute(_EMPTY_SINCE, {
+        since |= {r.group_id: (r.since, bool(r.known)) for r in conn.execute(_EMPTY_SINCE, {
             "cluster": cluster, "groups": names, "at": at,
             "lookback": f"{int(EMPTY_LOOKBACK.total_seconds())} seconds"})}
     return sorted((_with_empty_since(g, since.get(g.group_id)) for g in groups),
@@ -144,10 +150,11 @@ _NULLABLE = {"state", "members", "protocol_type", "lag", "time_lag_s", "status",
              "earlier_ts", "worst_reason"}
 
 
-def _with_empty_since(group: GroupNow, since: datetime | None) -> GroupNow:
+def _with_empty_since(group: GroupNow, since: tuple[datetime, bool] | None) -> GroupNow:
     from dataclasses import replace
 
-    return replace(group, empty_since=since) if since is not None else group
+    return group if since is None else replace(group, empty_since=since[0],
+                                               empty_since_known=since[1])
 
 
 # -- rendering (pure) ------------------------------------------------------------------------
@@ -171,15 +178,19 @@ def reason(g: GroupNow) -> str:
     if g.protocol_type == "" and not g.members:
         parts.append("no members by design (assign() and commit)")
     elif g.state == "Empty" or g.members == 0:
-        parts.append(f"Empty since {clock(g.empty_since)}" if g.empty_since
-                     else "Empty (no members)")
+        if g.empty_since is None:
+            parts.append("Empty (no members)")
+        elif g.empty_since_known:
+            parts.append(f"Empty since {clock(g.empty_since)}")
+        else:  # no snapshot with members in the look-back: since before it, at least
+            parts.append(f"Empty, no member seen since {clock(g.empty_since)}")
     lead, n = "", 0  # what decided the status, on how many partitions
     if g.status is None:
         parts.append("not computed yet" if g.partitions else "no committed offset yet")
     elif g.stop_partitions:
         lead, n = "stopped" + (" (no members)" if not g.members else ""), g.stop_partitions
     elif g.stall_partitions:
-        lead, n = f"not committing with {g.members} members", g.stall_partitions
+        lead, n = f"not committing with {count(g.members)} members", g.stall_partitions
     elif g.rewind_partitions:
         lead, n = "rewound (committed offset moved back)", g.rewind_partitions
     elif g.warn_partitions:
@@ -234,8 +245,8 @@ def cell(name: str, width: int) -> str:
     """``name`` in exactly ``width`` terminal columns: control characters escaped (a group name
     can hold a newline or an escape sequence), wide characters counted twice, an ellipsis where
     it is cut."""
-    shown = "".join(ch if unicodedata.category(ch)[0] != "C" else
-                    ch.encode("unicode_escape").decode("ascii") for ch in name)
+    shown = "".join(ch.encode("unicode_escape").decode("ascii")
+                    if unicodedata.category(ch) in _ESCAPED or ch == "\\" else ch for ch in name)
     if _width(shown) <= width:
         return shown + " " * (width - _width(shown))
     out, used = "", 0
@@ -244,6 +255,11 @@ def cell(name: str, width: int) -> str:
             break
         out, used = out + ch, used + _width(ch)
     return out + "…" + " " * (width - used - 1)
+
+
+# Control and format characters, and the line and paragraph separators (str.splitlines
+# breaks on those too): shown escaped, as a backslash is, so an escape reads unambiguously.
+_ESCAPED = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
 
 def _width(text: str) -> int:
@@ -270,18 +286,19 @@ _DELIVERIES = text("""
 SELECT d.incident_id, d.notification, d.channel, d.state, d.error,
        coalesce(d.sent_at, d.last_attempt_at, d.created_at) AS at
 FROM ops.alert_deliveries d
-WHERE d.state <> 'pending' OR d.attempts > 0
+WHERE (d.state <> 'pending' OR d.attempts > 0) AND d.created_at >= :since
 ORDER BY at, d.incident_id, d.notification, d.channel
 """)
 
 
-def read_notifications(conn: Any, seen: set[tuple[str, str, str, str]]) -> list[Sent]:
-    """The notifications whose delivery outcome (sent, or failed) is new since ``seen``
-    (updated in place), one ``Sent`` per incident and notification."""
+def read_notifications(conn: Any, seen: set[tuple[str, str, str, str]],
+                       since: datetime) -> list[Sent]:
+    """The notifications owed since ``since`` whose delivery outcome (sent, or failed) is
+    new to ``seen`` (updated in place), one ``Sent`` per incident and notification."""
     from groupscope.serve.incidents import Incident, incidents_since
     from groupscope.serve.notify import headline
 
-    new = [r for r in conn.execute(_DELIVERIES).mappings()
+    new = [r for r in conn.execute(_DELIVERIES, {"since": since}).mappings()
            if (r["incident_id"], r["notification"], r["channel"], r["state"]) not in seen]
     if not new:
         return []
@@ -324,10 +341,15 @@ def render_summary(snapshots: int, started: datetime, ended: datetime,
 
     lines = ["", f"groupscope ran for {duration((ended - started).total_seconds())}: "
              f"{snapshots} snapshot{'s' if snapshots != 1 else ''} in the warehouse."]
-    fired = [i for i in incidents if i.firing_at is not None]
+    from groupscope.serve.incidents import INHIBITED
+
+    fired = [i for i in incidents if i.firing_at is not None and not i.details.get(INHIBITED)]
+    held = len([i for i in incidents if i.details.get(INHIBITED)])
     resolved = [i for i in fired if i.resolved_at is not None]
     lines.append(f"  incidents      {len(fired)} fired, {len(resolved)} resolved, "
-                 f"{len(fired) - len(resolved)} still firing")
+                 f"{len(fired) - len(resolved)} still firing"
+                 + (f" ({held} more held: their group's STOPPED or STALLED said it)"
+                    if held else ""))
     for i in fired:
         subject = i.group_id or f"cluster {i.cluster}"
         end = (f"resolved {clock(i.resolved_at)}" if i.resolved_at is not None

@@ -58,6 +58,9 @@ def test_an_empty_group_says_since_when() -> None:
     idle = _group("archive", state="Empty", members=0, partitions=2, lag=0,
                   empty_since=AT - timedelta(hours=1))
     assert reason(idle) == "Empty since 09:42:00Z; nothing left to read"
+    never = _group("archive", state="Empty", members=0, partitions=2, lag=0,
+                   empty_since=AT - timedelta(hours=1), empty_since_known=False)
+    assert reason(never) == "Empty, no member seen since 09:42:00Z; nothing left to read"
     # Empty without a known start (before the look-back): still says Empty, never "consuming"
     assert reason(_group("old", state="Empty", members=0, lag=0)).startswith("Empty (no members)")
     # a group that only commits (assign()) has no members by design
@@ -85,12 +88,13 @@ def test_a_group_without_analytics_shows_its_own_snapshot() -> None:
 
 def test_hostile_group_names_do_not_break_the_table() -> None:
     names = ["'; drop table x; --", "line\nbreak\x1b[31mred", "订单" * 30, "g" * 249,
-             'quo"te', "e\u0301"]
+             'quo"te', "e\u0301", "para\u2029graph", "back\\slash"]
     table = render_groups([_group(n) for n in names]).splitlines()
     assert len(table) == 2 + len(names)  # no name adds a line
     for line in table[2:]:
         assert "\n" not in line and "\x1b" not in line
     assert "line\\nbreak\\x1b[31mred" in table[3]
+    assert "para\\u2029graph" in table[8] and "back\\\\slash" in table[9]
     for name in names:
         shown = cell(name, NAME_WIDTH)
         width = sum(2 if "\u4e00" <= ch <= "\u9fff" else 0 if ch == "\u0301" else 1
@@ -131,12 +135,16 @@ def test_the_summary_counts_incidents_and_points_onwards() -> None:
     resolved = _incident(state="resolved", resolved_at=AT + timedelta(minutes=3))
     slow = _incident(incident_id="i2", group_id="demo-slow", rule="lag_seconds_high",
                      value=140.0, details={"condition": "lag_seconds"})
-    text = render_summary(42, AT - timedelta(minutes=10), AT, [resolved, slow], 4, 2,
+    held = _incident(incident_id="i3", rule="group_empty_lag_growing",
+                     details={"condition": "group_empty_lag_growing",
+                              "inhibited_by": "group_status_err"})
+    text = render_summary(42, AT - timedelta(minutes=10), AT, [resolved, slow, held], 4, 2,
                           {"email": "dev/.stack/mail/", "webhook": "dev/.stack/webhook/x.log"},
                           ["mount dev/.stack/grafana", "or publish"])
     lines = text.splitlines()
     assert lines[1] == "groupscope ran for 10 m: 42 snapshots in the warehouse."
-    assert "2 fired, 1 resolved, 1 still firing" in lines[2]
+    assert lines[2].endswith("2 fired, 1 resolved, 1 still firing (1 more held: their group's "
+                             "STOPPED or STALLED said it)")
     assert any("demo-roundrobin" in line and "resolved 10:45:00Z" in line and "STOPPED" in line
                for line in lines)
     assert any("demo-slow" in line and "still firing" in line and "lag 2 m 20 s behind" in line
