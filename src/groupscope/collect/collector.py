@@ -121,7 +121,7 @@ class CollectorSettings:
     offsets_concurrency: int = 128
     # AdminClients (so connections to each coordinator) the OffsetFetch requests are spread
     # over; the extra ones are opened with Collector.connect. See docs/benchmarks.md.
-    offset_fetch_connections: int = 2
+    offset_fetch_connections: int = 3
     describe_batch: int = 500
     describe_in_flight: int = 4  # batches
     list_offsets_batch: int = 5000
