@@ -1,18 +1,30 @@
 """Snapshot benchmark: groupscope's collector against Kafka's own
 ``kafka-consumer-groups --describe --all-groups`` on the same cluster, in the same run.
 
-Setup: a fresh single-broker Kafka on loopback, GROUPS consumer groups each with commits on
-PARTITIONS partitions (group i commits to topic i % TOPICS). Each tool runs RUNS times; the
-median wall time is reported. groupscope runs in a child process so that its peak RSS is its
-own. Results are printed as Markdown and saved under bench/results/.
+Setup: a fresh single-broker Kafka on loopback, TOPICS topics of PARTITIONS partitions, and
+consumer groups each with a commit on every partition of one topic (group i commits to topic
+i % TOPICS). ``--groups`` takes one count or an ascending list (the scaling curve): the groups
+are added step by step to the same broker, and at each step every tool runs RUNS times,
+interleaved; medians are reported.
 
-    .venv/bin/python bench/snapshot_bench.py [--groups 2000] [--partitions 10] [--runs 3]
+- groupscope in a child process (its peak RSS its own): ``take_snapshot`` timed, then
+  ``land_snapshot`` (the Parquet landing with the assignment what-if, as the snapshot DAG's
+  collect task does) timed; once per ``--connections`` value (OffsetFetch connections);
+- the ``groupscope snapshot --format json`` CLI end to end (interpreter start, imports,
+  snapshot, JSON to a pipe);
+- Kafka's ``ConsumerGroupCommand --describe --all-groups`` (JVM start included).
+
+Results are printed as Markdown and saved under bench/results/.
+
+    .venv/bin/python bench/snapshot_bench.py [--groups 500,2000,5000,20000] [--partitions 10]
+        [--runs 3] [--connections 1,2,4] [--bootstrap HOST:PORT (an existing broker)]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -20,7 +32,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,65 +48,110 @@ from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath,
 from groupscope_dev.ports import free_port_block
 
 CHILD = r"""
-import json, resource, sys, time
+import json, resource, sys, tempfile, time
 from datetime import UTC, datetime
-from confluent_kafka.admin import AdminClient
-from groupscope.collect.collector import Collector, CollectorSettings
-bootstrap, concurrency = sys.argv[1], int(sys.argv[2])
-admin = AdminClient({"bootstrap.servers": bootstrap})
-collector = Collector(admin, "bench", CollectorSettings(offsets_concurrency=concurrency))
+from pathlib import Path
+from groupscope.collect.collector import CollectorSettings, take_snapshot
+from groupscope.contract.cluster import ClusterConfig
+from groupscope.contract.model import Snapshot
+from groupscope.pipeline import land_snapshot
+bootstrap, concurrency, connections = sys.argv[1], sys.argv[2], sys.argv[3]
+# What landing imports on first use (pyarrow's pandas among them) is a once-per-process
+# cost, the same at every scale: paid here, reported apart, not in the landing's time.
 started = time.perf_counter()
-snapshot = collector.snapshot(datetime.now(UTC))
-elapsed = time.perf_counter() - started
+with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
+    land_snapshot(Snapshot("warm-up", datetime.now(UTC), (), (), ()), Path(landing))
+imports_s = time.perf_counter() - started
+settings = CollectorSettings(**{k: int(v) for k, v in (("offsets_concurrency", concurrency),
+                                ("offset_fetch_connections", connections)) if v != "default"})
+cluster = ClusterConfig("bench", {"bootstrap.servers": bootstrap})
+started = time.perf_counter()
+snapshot = take_snapshot(cluster, settings.request_timeout_s, datetime.now(UTC),
+                         settings=settings)
+snapshot_s = time.perf_counter() - started
+with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
+    land_snapshot(snapshot, Path(landing))
+total_s = time.perf_counter() - started
 print(json.dumps({
-    "seconds": elapsed,
+    "seconds": snapshot_s,
+    "landing_seconds": total_s - snapshot_s,
+    "with_landing_seconds": total_s,
+    "landing_imports_seconds": imports_s,
     "groups": len(snapshot.groups),
     "offsets": sum(len(g.offsets) for g in snapshot.groups),
     "complete": snapshot.complete,
     "errors": len(snapshot.errors),
-    "requests": dict(collector.requests),
+    "settings": {"offsets_concurrency": settings.offsets_concurrency,
+                 "offset_fetch_connections": settings.offset_fetch_connections},
     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
 }))
 """
 
 
-def setup(bootstrap: str, groups: int, partitions: int, topics: int) -> None:
+def group_name(index: int) -> str:
+    return f"bench-group-{index:05d}"
+
+
+def create_topics(bootstrap: str, partitions: int, topics: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     names = [f"bench.topic-{t}" for t in range(topics)]
     for start in range(0, len(names), 50):
         batch = [NewTopic(n, partitions, 1) for n in names[start : start + 50]]
         for future in admin.create_topics(batch, operation_timeout=60).values():
             future.result()
+
+
+def _commit(admin: AdminClient, requests: list[ConsumerGroupTopicPartitions],
+            in_flight: int) -> list[ConsumerGroupTopicPartitions]:
+    """Sends every request, ``in_flight`` at a time; returns those that failed."""
+    failed: list[ConsumerGroupTopicPartitions] = []
+    slots = threading.Semaphore(in_flight)
+    lock = threading.Lock()
+
+    def done(request: ConsumerGroupTopicPartitions, future: Future[object]) -> None:
+        if future.exception() is not None:
+            with lock:
+                failed.append(request)
+        slots.release()
+
+    for request in requests:
+        slots.acquire()
+        future = next(iter(admin.alter_consumer_group_offsets([request], request_timeout=60)
+                           .values()))
+        future.add_done_callback(functools.partial(done, request))
+    for _ in range(in_flight):  # every answer is in
+        slots.acquire()
+    return failed
+
+
+def add_groups(bootstrap: str, first: int, last: int, partitions: int, topics: int,
+               in_flight: int = 512) -> None:
+    """Groups ``first`` .. ``last - 1``, each with a commit on every partition of topic
+    ``index % topics``: one AlterConsumerGroupOffsets per group, ``in_flight`` at once."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     wanted = [
         ConsumerGroupTopicPartitions(
-            f"bench-group-{g:05d}",
-            [TopicPartition(names[g % topics], p, 1) for p in range(partitions)])
-        for g in range(groups)
+            group_name(g),
+            [TopicPartition(f"bench.topic-{g % topics}", p, 1) for p in range(partitions)])
+        for g in range(first, last)
     ]
-    # The first commit creates and loads __consumer_offsets; commits fail until it is ready,
-    # so wait for one to succeed before sending the rest.
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            next(iter(admin.alter_consumer_group_offsets([wanted[0]], request_timeout=10)
-                      .values())).result()
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-    pending = wanted[1:]
+    if first == 0:
+        # The first commit creates and loads __consumer_offsets; commits fail until it is
+        # ready, so wait for one to succeed before sending the rest.
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                next(iter(admin.alter_consumer_group_offsets([wanted[0]], request_timeout=10)
+                          .values())).result()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        wanted = wanted[1:]
+    pending = wanted
     for round_ in range(10):
-        failed = []
-        for start in range(0, len(pending), 64):
-            chunk = pending[start : start + 64]
-            futures = [admin.alter_consumer_group_offsets([r], request_timeout=60)
-                       for r in chunk]
-            for request, future in zip(chunk, futures, strict=True):
-                try:
-                    next(iter(future.values())).result()
-                except Exception:
-                    failed.append(request)
+        failed = _commit(admin, pending, in_flight)
         print(f"  committed {len(pending) - len(failed)} of {len(pending)} groups",
               file=sys.stderr)
         if not failed:
@@ -102,39 +161,56 @@ def setup(bootstrap: str, groups: int, partitions: int, topics: int) -> None:
     raise RuntimeError(f"{len(pending)} groups could not commit their offsets")
 
 
-def run_groupscope(bootstrap: str, concurrency: int) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", CHILD, bootstrap, str(concurrency)],
+def existing_groups(bootstrap: str) -> int:
+    """How many bench groups the broker has (they are added in order, from 0)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    listed = admin.list_consumer_groups(request_timeout=60).result()
+    return sum(1 for g in listed.valid if g.group_id.startswith("bench-group-"))
+
+
+def run_groupscope(bootstrap: str, concurrency: str, connections: str) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", CHILD, bootstrap, concurrency, connections],
                          capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _timed(command: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MiB) and stdout of ``command``, run under a wrapper process
+    whose only child it is, so RUSAGE_CHILDREN is the command's own."""
+    wrapper = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+               "p = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True); "
+               "sys.stdout.write(p.stdout); print('\\nELAPSED', time.perf_counter() - t, "
+               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True,
+                         text=True, check=True)
+    body, _, last = out.stdout.rpartition("\nELAPSED ")
+    elapsed, peak_kib = last.split()
+    return float(elapsed), int(peak_kib) / 1024, body
 
 
 def run_groupscope_cli(bootstrap: str) -> dict[str, object]:
     """The CLI end to end, as an operator runs it: interpreter start, imports, snapshot and
     JSON output, the same things the Kafka tool's time includes (JVM start, printing)."""
-    started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "groupscope.cli", "snapshot", "--bootstrap",
-                          bootstrap, "--format", "json"], capture_output=True, text=True,
-                         check=True)
-    elapsed = time.perf_counter() - started
-    offsets = sum(len(g["offsets"]) for g in json.loads(out.stdout)["groups"])
-    return {"seconds": elapsed, "offsets": offsets, "peak_rss_mib": 0.0}
+    elapsed, peak, body = _timed([sys.executable, "-m", "groupscope.cli", "snapshot",
+                                  "--bootstrap", bootstrap, "--format", "json"])
+    offsets = sum(len(g["offsets"]) for g in json.loads(body)["groups"])
+    return {"seconds": elapsed, "offsets": offsets, "peak_rss_mib": peak}
 
 
 def run_kafka_tool(bootstrap: str, version: str) -> dict[str, object]:
-    command = ["java", "-Xmx1g", "-cp", classpath(kafka_libs(version)),
-               "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-               "--bootstrap-server", bootstrap, "--describe", "--all-groups"]
-    # A wrapper process whose only child is the JVM, so RUSAGE_CHILDREN is the JVM's own.
-    wrapper = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-               "p = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True); "
-               "sys.stdout.write(p.stdout); print('ELAPSED', time.perf_counter() - t, "
-               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True,
-                         text=True, check=True)
-    lines = out.stdout.splitlines()
-    _, elapsed, peak_kib = lines[-1].split()
-    rows = [line for line in lines if line.startswith("bench-group-")]
-    return {"seconds": float(elapsed), "rows": len(rows), "peak_rss_mib": int(peak_kib) / 1024}
+    elapsed, peak, body = _timed(
+        ["java", "-Xmx1g", "-cp", classpath(kafka_libs(version)),
+         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+         "--bootstrap-server", bootstrap, "--describe", "--all-groups"])
+    rows = [line for line in body.splitlines() if line.startswith("bench-group-")]
+    return {"seconds": elapsed, "rows": len(rows), "peak_rss_mib": peak}
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def machine() -> dict[str, object]:
@@ -153,74 +229,140 @@ def machine() -> dict[str, object]:
             "python": platform.python_version(), "kernel": platform.release()}
 
 
+def median(runs: list[dict[str, object]], key: str = "seconds") -> float:
+    return statistics.median(float(str(r[key])) for r in runs)
+
+
+def peak(runs: list[dict[str, object]]) -> float:
+    return max(float(str(r["peak_rss_mib"])) for r in runs)
+
+
+def measure_step(bootstrap: str, groups: int, args: argparse.Namespace) -> dict[str, object]:
+    """Every tool ``args.runs`` times, interleaved, so all meet the same machine."""
+    load_before = load_average()
+    ours: dict[str, list[dict[str, object]]] = {c: [] for c in args.connections}
+    cli: list[dict[str, object]] = []
+    theirs: list[dict[str, object]] = []
+    for _ in range(args.runs):
+        for connections in args.connections:
+            ours[connections].append(run_groupscope(bootstrap, args.concurrency, connections))
+        cli.append(run_groupscope_cli(bootstrap))
+        if not args.skip_kafka_tool:
+            theirs.append(run_kafka_tool(bootstrap, args.kafka_version))
+    return {"groups": groups, "load_before": load_before, "load_after": load_average(),
+            "groupscope": ours, "groupscope_cli": cli, "kafka_consumer_groups": theirs}
+
+
+def report_step(step: dict[str, object], runs: int) -> None:
+    ours = step["groupscope"]
+    cli = step["groupscope_cli"]
+    theirs = step["kafka_consumer_groups"]
+    assert isinstance(ours, dict) and isinstance(cli, list) and isinstance(theirs, list)
+
+    def row(name: str, results: list[dict[str, object]], key: str = "seconds") -> str:
+        times = ", ".join(f"{float(str(r[key])):.2f}" for r in results)
+        return f"| {name} | {median(results, key):.2f} | {times} | {peak(results):.0f} |"
+
+    print(f"\n{step['groups']} groups (load average before {step['load_before']}, after "
+          f"{step['load_after']})\n")
+    print(f"| tool | median wall (s) of {runs} | runs (s) | peak RSS (MiB) |")
+    print("|---|---|---|---|")
+    for results in ours.values():
+        first = results[0]
+        label = f"{first['settings']}".replace("'", "")
+        print(row(f"groupscope snapshot {label}", results))
+        print(row(f"  + landing (Parquet, what-if) {label}", results, "with_landing_seconds"))
+    print(row("groupscope snapshot CLI, end to end (JSON to a pipe)", cli))
+    if theirs:
+        print(row("kafka-consumer-groups --describe --all-groups", theirs))
+    first = next(iter(ours.values()))[0]
+    print(f"\ngroups {first['groups']}, offsets {first['offsets']}, complete "
+          f"{first['complete']}, errors {first['errors']}; landing's one-time imports "
+          f"{median(next(iter(ours.values())), 'landing_imports_seconds'):.2f} s (not in "
+          "its time)"
+          + (f"; Kafka tool rows {theirs[0]['rows']}" if theirs else ""))
+
+
+def report_curve(steps: list[dict[str, object]]) -> None:
+    print("\n| groups | groupscope snapshot (s) | + landing (s) | peak RSS (MiB) | groupscope "
+          "CLI (s) | peak RSS (MiB) | kafka-consumer-groups (s) | peak RSS (MiB) | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for step in steps:
+        ours = step["groupscope"]
+        cli = step["groupscope_cli"]
+        theirs = step["kafka_consumer_groups"]
+        assert isinstance(ours, dict) and isinstance(cli, list) and isinstance(theirs, list)
+        # The fastest connection setting of the step stands for groupscope.
+        best = min(ours.values(), key=median)
+        their = f"{median(theirs):.2f} | {peak(theirs):.0f} | " \
+                f"{median(theirs) / median(best):.1f}x" if theirs else "- | - | -"
+        print(f"| {step['groups']:,} | {median(best):.2f} | "
+              f"{median(best, 'with_landing_seconds'):.2f} | {peak(best):.0f} | "
+              f"{median(cli):.2f} | {peak(cli):.0f} | {their} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--groups", type=int, default=2000)
+    parser.add_argument("--groups", default="2000",
+                        help="a count, or ascending counts for the curve: 500,2000,5000,20000")
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--topics", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", default="default",
+                        help="OffsetFetch requests in flight (default: the collector's)")
+    parser.add_argument("--connections", default="default",
+                        help="OffsetFetch connections, one or a list to compare: 1,2,4 "
+                             "(default: the collector's)")
+    parser.add_argument("--skip-kafka-tool", action="store_true")
+    parser.add_argument("--bootstrap", help="use this running broker (its bench groups are "
+                        "kept and topped up) instead of a fresh one")
     parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
     parser.add_argument("--settle", type=float, default=30.0,
-                        help="seconds to let the broker settle after the setup")
+                        help="seconds to let the broker settle after adding groups")
     args = parser.parse_args()
+    counts = [int(g) for g in args.groups.split(",")]
+    if counts != sorted(counts):
+        parser.error("--groups must be ascending")
+    args.connections = args.connections.split(",")
 
-    with tempfile.TemporaryDirectory(prefix="gs-bench-") as tmp:
-        cluster = KafkaCluster(Path(tmp) / "kafka", version=args.kafka_version,
-                               base_port=free_port_block(1),
-                               controller_base_port=free_port_block(1), heap="1g")
-        cluster.start()
-        try:
-            print(f"setting up {args.groups} groups x {args.partitions} partitions ...",
-                  file=sys.stderr)
-            setup(cluster.bootstrap, args.groups, args.partitions, args.topics)
-            # Let the broker finish loading and settling before anything is timed, then
-            # interleave the tools so both meet the same machine, run after run.
-            time.sleep(args.settle)
-            ours, cli, theirs = [], [], []
-            for _ in range(args.runs):
-                ours.append(run_groupscope(cluster.bootstrap, args.concurrency))
-                cli.append(run_groupscope_cli(cluster.bootstrap))
-                theirs.append(run_kafka_tool(cluster.bootstrap, args.kafka_version))
-        finally:
-            cluster.destroy()
+    steps: list[dict[str, object]] = []
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gs-bench-"))
+            cluster = KafkaCluster(Path(tmp) / "kafka", version=args.kafka_version,
+                                   base_port=free_port_block(1),
+                                   controller_base_port=free_port_block(1), heap="1g")
+            cluster.start()
+            stack.callback(cluster.destroy)
+            bootstrap = cluster.bootstrap
+            create_topics(bootstrap, args.partitions, args.topics)
+        have = existing_groups(bootstrap)
+        for count in counts:
+            if count > have:
+                started = time.monotonic()
+                print(f"adding groups {have}..{count - 1} ({args.partitions} partitions each)",
+                      file=sys.stderr)
+                add_groups(bootstrap, have, count, args.partitions, args.topics)
+                print(f"  in {time.monotonic() - started:.1f} s", file=sys.stderr)
+                have = count
+                # Let the broker finish loading and settling before anything is timed.
+                time.sleep(args.settle)
+            step = measure_step(bootstrap, count, args)
+            steps.append(step)
+            report_step(step, args.runs)
 
-    our_s = statistics.median(float(str(r["seconds"])) for r in ours)
-    their_s = statistics.median(float(str(r["seconds"])) for r in theirs)
-    cli_s = statistics.median(float(str(r["seconds"])) for r in cli)
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "kafka_version": args.kafka_version,
-        "setup": {"groups": args.groups, "partitions_per_group": args.partitions,
-                  "topics": args.topics},
-        "groupscope": ours,
-        "groupscope_cli": cli,
-        "kafka_consumer_groups": theirs,
-        "median_seconds": {"groupscope": our_s, "groupscope_cli": cli_s,
-                           "kafka_consumer_groups": their_s},
-        "speedup": their_s / our_s,
-        "speedup_cli": their_s / cli_s,
+        "setup": {"partitions_per_group": args.partitions, "topics": args.topics},
+        "steps": steps,
     }
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
     (results / "snapshot.json").write_text(json.dumps(result, indent=2))
-    first = ours[0]
-
-    def row(name: str, median: float, runs: list[dict[str, object]]) -> str:
-        times = ", ".join(f"{float(str(r['seconds'])):.2f}" for r in runs)
-        peak = max(float(str(r["peak_rss_mib"])) for r in runs)
-        return f"| {name} | {median:.2f} | {times} | {peak:.0f} |"
-
-    print(f"| tool | median wall (s) of {args.runs} | runs (s) | peak RSS (MiB) |")
-    print("|---|---|---|---|")
-    print(row("groupscope snapshot", our_s, ours))
-    print(row("groupscope snapshot CLI, end to end (JSON to a pipe)", cli_s, cli))
-    print(row("kafka-consumer-groups --describe --all-groups", their_s, theirs))
-    print(f"\nspeedup: {result['speedup']:.1f}x in process, {result['speedup_cli']:.1f}x "
-          f"CLI to CLI; groups {first['groups']}, offsets "
-          f"{first['offsets']}, complete {first['complete']}, admin requests "
-          f"{first['requests']}; Kafka tool rows {theirs[0]['rows']}")
+    report_curve(steps)
     print(json.dumps(result["machine"]))
 
 

@@ -4,6 +4,7 @@ the real-cluster behaviour is covered in tests/integration)."""
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import threading
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -204,3 +205,58 @@ def test_last_stable_offset_is_read_at_the_high_watermarks_moment() -> None:
     snapshot = _collect(RacingAdmin(1))
     assert snapshot.partitions
     assert all(p.high_watermark == 10 and p.last_stable == 10 for p in snapshot.partitions)
+
+
+def _offset_fetches(admin: ScriptedAdmin) -> int:
+    return sum(n for call, n in admin.calls.items() if call.startswith("offsets:"))
+
+
+def test_offset_fetches_take_turns_over_the_extra_connections() -> None:
+    primary = ScriptedAdmin(30, {"g4": [KafkaError.NOT_COORDINATOR]})
+    extra: list[ScriptedAdmin] = []
+
+    def connect() -> ScriptedAdmin:
+        extra.append(ScriptedAdmin(30))
+        return extra[-1]
+
+    collector = Collector(primary, "c", CollectorSettings(offset_fetch_connections=3),
+                          sleep=lambda _: None, connect=connect)
+    snapshot = collector.snapshot(TS)
+    assert len(extra) == 2
+    assert snapshot.complete and len(snapshot.groups) == 30
+    assert all(g.offsets[0].offset == 5 for g in snapshot.groups)
+    # 31 requests (g4 asked twice), in turns: 11, 10, 10; nothing else uses the extra ones
+    assert sorted(_offset_fetches(a) for a in [primary, *extra]) == [10, 10, 11]
+    assert all(set(a.calls) <= {f"offsets:g{i}" for i in range(30)} for a in extra)
+
+
+def test_without_a_way_to_connect_every_request_uses_the_one_admin() -> None:
+    admin = ScriptedAdmin(5)
+    snapshot = _collect(admin, offset_fetch_connections=4)
+    assert snapshot.complete and _offset_fetches(admin) == 5
+
+
+def test_offset_fetch_connections_must_be_at_least_one() -> None:
+    with pytest.raises(ValueError, match="offset_fetch_connections must be at least 1"):
+        CollectorSettings(offset_fetch_connections=0)
+
+
+class ThresholdWatchingAdmin(ScriptedAdmin):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.thresholds: list[tuple[int, int, int]] = []
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+        self.thresholds.append(gc.get_threshold())
+        return super().list_offsets(request, **kwargs)
+
+
+def test_the_garbage_collector_runs_less_often_only_while_a_snapshot_runs() -> None:
+    before = gc.get_threshold()
+    admin = ThresholdWatchingAdmin(2)
+    _collect(admin)
+    assert admin.thresholds and all(t[0] >= 10_000 for t in admin.thresholds)
+    assert gc.get_threshold() == before
+    with pytest.raises(ClusterUnavailable):
+        _collect(ScriptedAdmin(1, metadata_error=KafkaError._TRANSPORT))
+    assert gc.get_threshold() == before

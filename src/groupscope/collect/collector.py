@@ -6,8 +6,9 @@ Order of work, and the requests each step costs (B brokers, G groups, P touched 
 2. ListGroups (B requests) for consumer and simple groups, plus the classic ListGroups +
    DescribeGroups round (2B) that alone reveals groups of other protocol types (Connect...);
 3. describe the groups, in batches (librdkafka fans out to each group's coordinator);
-4. committed offsets: one OffsetFetch per group (the API takes one group), at most
-   ``offsets_concurrency`` in flight;
+4. committed offsets: one OffsetFetch per group (the API takes one group, and librdkafka
+   sends a FindCoordinator before each), at most ``offsets_concurrency`` in flight, taking
+   turns over ``offset_fetch_connections`` clients;
 5. log start, high watermark and last stable offset of every touched partition: three batched
    ListOffsets calls, which librdkafka splits by partition leader.
 
@@ -23,10 +24,13 @@ by groupscope.collect.assemble, which does no I/O.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import gc
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -81,10 +85,43 @@ from groupscope.kafka.sampling import RecordSampler, SampleRequest
 __all__ = ["ClusterUnavailable", "Collector", "CollectorSettings", "take_snapshot"]
 
 
+# A snapshot allocates several objects per group and per committed offset (futures, answers,
+# records) and keeps most of them. At CPython's default threshold (700 allocations) the cyclic
+# garbage collector runs about 1,500 times in a snapshot of 20,000 groups, a quarter of its
+# CPU; at this one, about 100 times (docs/benchmarks.md). Made rarer, never switched off.
+_SNAPSHOT_GC_THRESHOLD = 10_000
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, int, int] = gc.get_threshold()
+
+
+@contextlib.contextmanager
+def _rarer_collections() -> Iterator[None]:
+    """The collector's threshold while any snapshot runs (snapshots may overlap in threads);
+    the process's own restored when the last one ends."""
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            first, *rest = _gc_saved
+            gc.set_threshold(max(first, _SNAPSHOT_GC_THRESHOLD), *rest)
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0:
+                gc.set_threshold(*_gc_saved)
+
+
 @dataclass(frozen=True)
 class CollectorSettings:
     request_timeout_s: float = 30.0
     offsets_concurrency: int = 128
+    # AdminClients (so connections to each coordinator) the OffsetFetch requests are spread
+    # over; the extra ones are opened with Collector.connect. See docs/benchmarks.md.
+    offset_fetch_connections: int = 3
     describe_batch: int = 500
     describe_in_flight: int = 4  # batches
     list_offsets_batch: int = 5000
@@ -96,8 +133,8 @@ class CollectorSettings:
     classic_view: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("offsets_concurrency", "describe_batch", "describe_in_flight",
-                     "list_offsets_batch", "attempts"):
+        for name in ("offsets_concurrency", "offset_fetch_connections", "describe_batch",
+                     "describe_in_flight", "list_offsets_batch", "attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.request_timeout_s <= 0:
@@ -120,17 +157,28 @@ class Collector:
     sampler: Callable[[Sequence[SampleRequest]], tuple[list[RecordTimestamp],
                                                        list[tuple[SampleRequest, str]]]] \
         | None = None
+    # Opens another AdminClient of the same cluster, configured as ``admin`` is, for the
+    # settings' extra OffsetFetch connections; None: every request goes through ``admin``.
+    connect: Callable[[], Any] | None = None
     kafka: AdminAdapter = field(init=False, repr=False)
     retries: RetryPolicy = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.kafka = AdminAdapter(self.admin, self.settings.request_timeout_s, self.requests)
+        connect = self.connect
+        more = ([connect() for _ in range(self.settings.offset_fetch_connections - 1)]
+                if connect is not None else [])
+        self.kafka = AdminAdapter(self.admin, self.settings.request_timeout_s, self.requests,
+                                  more)
         self.retries = RetryPolicy(self.settings.attempts, self.settings.retry_backoff_s,
                                    self.settings.request_timeout_s, self.sleep)
 
     def snapshot(self, snapshot_ts: datetime) -> Snapshot:
         if snapshot_ts.tzinfo is None:
             raise ValueError("snapshot_ts must be timezone-aware (UTC)")
+        with _rarer_collections():
+            return self._snapshot(snapshot_ts)
+
+    def _snapshot(self, snapshot_ts: datetime) -> Snapshot:
         metadata = self._metadata()
         errors: list[CollectionError] = []
         listings, classic_view = self._list_groups(errors)
@@ -327,14 +375,17 @@ class Collector:
 
 
 def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime,
-                  sample_records: bool = True) -> Snapshot:
+                  sample_records: bool = True,
+                  settings: CollectorSettings | None = None) -> Snapshot:
     """A snapshot of ``cluster``; ``sample_records`` also reads the record at each lagging
-    committed offset (bounded: see groupscope.kafka.sampling) for the exact time lag. Raises
+    committed offset (bounded: see groupscope.kafka.sampling) for the exact time lag.
+    ``settings`` default to CollectorSettings' with ``timeout_s`` as the request timeout. Raises
     ConfigError (bad client settings) or ClusterUnavailable."""
     connection = open_admin(cluster, timeout_s)
     collector = Collector(connection.admin, cluster.name,
-                          CollectorSettings(request_timeout_s=timeout_s),
+                          settings or CollectorSettings(request_timeout_s=timeout_s),
                           diagnose=connection.diagnosis,
+                          connect=lambda: open_admin(cluster, timeout_s).admin,
                           sampler=RecordSampler(cluster.client, timeout_s=timeout_s)
                           if sample_records else None)
     return collector.snapshot(snapshot_ts)

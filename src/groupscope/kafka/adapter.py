@@ -14,10 +14,11 @@ librdkafka, so the pure assembly that consumes them does too.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from groupscope.contract.model import (
@@ -129,11 +130,21 @@ class ClassicGroup:
 @dataclass
 class AdminAdapter:
     """The admin calls of one snapshot. ``admin`` is a confluent_kafka AdminClient (or anything
-    with its methods); every call is counted in ``requests``, by API."""
+    with its methods); every call is counted in ``requests``, by API.
+
+    OffsetFetch calls take turns over ``admin`` and ``offset_fetch_admins`` (more clients of
+    the same cluster, so more connections to each coordinator): librdkafka sends one group per
+    OffsetFetch, each after a FindCoordinator, and a broker answers the requests of one
+    connection one at a time."""
 
     admin: Any
     request_timeout_s: float
     requests: Counter[str]
+    offset_fetch_admins: Sequence[Any] = ()
+    _offset_fetchers: Iterator[Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._offset_fetchers = itertools.cycle([self.admin, *self.offset_fetch_admins])
 
     def list_topics(self) -> Any:
         self.requests["Metadata"] += 1
@@ -168,7 +179,7 @@ class AdminAdapter:
 
         self.requests["OffsetFetch"] += 1
         result: dict[str, concurrent.futures.Future[Any]] = (
-            self.admin.list_consumer_group_offsets(
+            next(self._offset_fetchers).list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group_id)],
                 request_timeout=self.request_timeout_s,
             )
