@@ -329,7 +329,8 @@ def render_notification(s: Sent, where: dict[str, str]) -> str:
         went.append(f"{channel}{place}" if state == "sent" else
                     f"{channel} FAILED ({error or state}; retried at the next evaluation)")
     kind = s.notification.split("-")[0].upper()
-    return (f"{clock(s.at)}  {kind:<8}  {cell(subject, NAME_WIDTH).rstrip()} {s.headline}"
+    what = f"{s.headline} is over" if s.notification == "resolved" else s.headline
+    return (f"{clock(s.at)}  {kind:<8}  {cell(subject, NAME_WIDTH).rstrip()} {what}"
             f" -> {', '.join(went)}")
 
 

@@ -260,3 +260,20 @@ def test_a_held_lag_fires_once_its_stop_is_over_and_it_still_holds(tmp_path: Pat
     assert run.at(150, err("orders", 0), lag_seconds("orders", 5)) == []  # keeps firing 60 s
     assert run.at(200, err("orders", 0), lag_seconds("orders", 5)) == [
         "resolved lag_seconds_high orders"]
+
+
+def test_a_resolved_stop_says_what_it_was_and_how_things_are_now(tmp_path: Path) -> None:
+    from groupscope.serve.notify import headline, single
+
+    ruleset = rules(tmp_path)
+    open_now: list[Incident] = []
+    for seconds, obs in ((0, err("orders", 12)),
+                         (30, err("orders", 0, member_count=3, state="Stable", lag=14)),
+                         (100, err("orders", 0, member_count=3, state="Stable", lag=9))):
+        result = evaluate(ruleset, [obs], open_now, T0 + timedelta(seconds=seconds))
+        open_now = [i for i in result.incidents if i.state != RESOLVED] or open_now
+    [resolved] = [n.incident for n in result.notices if n.notification == "resolved"]
+    assert headline(resolved) == "STOPPED"  # not STALLED: members are back by now
+    text = single(Undelivered(resolved, "resolved", "webhook", 0), "http://g").text
+    assert "STOPPED is over after 1 m 40 s" in text, text
+    assert "Now: lag 9 records, 3 member(s), status OK." in text, text

@@ -128,7 +128,7 @@ def test_a_notification_line_says_where_it_went() -> None:
     resolved = Sent("i1", "resolved", AT, "", "local", "collector STALE",
                     (("webhook", "sent", None),))
     assert render_notification(resolved, {}).startswith(
-        "10:42:00Z  RESOLVED  cluster local collector STALE -> webhook")
+        "10:42:00Z  RESOLVED  cluster local collector STALE is over -> webhook")
 
 
 def test_the_summary_counts_incidents_and_points_onwards() -> None:

@@ -136,6 +136,7 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
 INHIBITED_BY = {"group_empty_lag_growing": "group_status_err",
                 "lag_seconds": "group_status_err", "lag_records": "group_status_err"}
 INHIBITED = "inhibited_by"  # in an incident's details: held, its firing not sent
+NOW = "now"  # in an incident's details once its condition stopped holding: the latest values
 
 
 def _inhibited(notices: list[Notice], incidents: Iterable[Incident], now: datetime
@@ -181,7 +182,11 @@ def _step(incident: Incident | None, holds: bool, obs: Observation, effective: A
             return None, None
         # The latest value and details even so: a resolved message says how things are now.
         updated, notice = _clear(incident, now, rules, keep_firing=True)
-        updated = replace(updated, value=obs.value, details=_details(obs, incident))
+        # What held stays (a resolved STOPPED says STOPPED, with the value it fired on); how
+        # things are now goes beside it, for the resolved message's "Now:" line.
+        held = {k: v for k, v in incident.details.items() if k != NOW}
+        updated = replace(updated, details={
+            **held, NOW: {**_details(obs), "value": obs.value}})
         return updated, Notice(updated, notice.notification) if notice else None
     if incident is None:
         incident = Incident(

@@ -184,7 +184,7 @@ def _resolved_line(incident: Incident) -> str:
 
 
 def _now_line(incident: Incident) -> str:
-    d = incident.details
+    d = incident.details.get("now") or incident.details
     if not incident.group_id:
         return ""
     return (f"Now: lag {_count(d.get('lag'))} records, {_count(d.get('member_count'))} "
