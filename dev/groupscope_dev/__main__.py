@@ -317,7 +317,13 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                     "groups")
             landing = stack.state_dir / "landing"
             alert_log = stack.state_dir / "alerts.jsonl"
-            # The e-mail channel's SMTP server: each mail lands in <state>/mail, .eml and .txt.
+            # The e-mail channel's SMTP server: each mail lands in <state>/mail, .eml and .txt;
+            # the webhook catcher's log in <state>/webhook. Both are this run's alone (they
+            # stay after it, to be read).
+            import shutil
+
+            for folder in (mail_folder, stack.state_dir / "webhook"):
+                shutil.rmtree(folder, ignore_errors=True)
             mail = MailCatcher(mail_folder)
             mail.start()
             cleanup.callback(mail.stop)
@@ -592,7 +598,7 @@ class _StatusPrinter:
                             if held else "")
                          + (f", {len(open_now) - len(firing) - len(held)} pending"
                             if len(open_now) > len(firing) + len(held) else "")
-                         + f", {self.sent} notification(s) sent")
+                         + f", {self.sent} deliveries sent")
             groups = "\n" + render_groups(rows)
         except warehouse.WarehouseUnavailable:
             parts.append("warehouse: unreachable")

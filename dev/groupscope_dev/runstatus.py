@@ -357,7 +357,7 @@ def render_summary(snapshots: int, started: datetime, ended: datetime,
                else "still firing")
         lines.append(f"    {cell(subject, NAME_WIDTH)} {i.rule:<24} fired {clock(i.firing_at)},"
                      f" {end}: {headline(i)}")
-    lines.append(f"  notifications  {notifications} sent")
+    lines.append(f"  notifications  {notifications} deliveries (a notification to a channel each)")
     for channel, place in where.items():
         lines.append(f"    {channel:<12} {place}")
     lines.append(f"  e-mails        {mails} in {where.get('email', 'the e-mail folder')}")
