@@ -21,6 +21,7 @@ from pipeline_loop import Loop
 from groupscope.contract.model import GroupType, Snapshot, TopicPartition
 from groupscope.serve.airflow_channels import build_channels
 from groupscope.serve.rules import load_rules
+from groupscope.simulate.whatif import what_if
 from groupscope.warehouse import connect
 from groupscope_dev.demo import (
     DEMO_GROUPS,
@@ -129,6 +130,11 @@ def test_every_demo_group_kind_appears_as_what_it_is(kafka: KafkaCluster, demo: 
         else:  # decoded from each member's classic-protocol metadata
             assert all(m.subscription == tuple(sorted(spec.topics)) for m in g.members)
         assert g.coordinator_id == g.expected_coordinator_id == 1
+    # demo-range is skewed on purpose (7, 6 and 5 partitions): the what-if advice says so
+    advice = what_if(groups["demo-range"], snapshot)
+    assert advice is not None
+    assert [r for r, _ in advice.recommendations if r in ("switch to roundrobin",
+                                                          "switch to cooperative-sticky")], advice
 
 
 def _max_spread(spec: GroupSpec) -> int:
