@@ -193,6 +193,17 @@ class LocalAirflow:
         self.process.wait(10)
 
 
+def process_group_alive(group: int | None) -> bool:
+    """Whether a process group of that id still has a process (a pid file's, say)."""
+    if group is None:
+        return False
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def stop_process_group(group: int, timeout_s: float,
                        reap: Callable[[], object] = lambda: None) -> None:
     """SIGTERM to every process of ``group``, so each component shuts down cleanly; SIGKILL to

@@ -140,14 +140,9 @@ class SparkCluster:
         return [*state.get("activeapps", []), *state.get("completedapps", [])]
 
     def running(self, role: str) -> bool:
-        pid = self._pid(role)
-        if pid is None:
-            return False
-        try:
-            os.killpg(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        from groupscope_dev.airflow import process_group_alive
+
+        return process_group_alive(self._pid(role))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stops the worker (and the executors it started), then the master: the process

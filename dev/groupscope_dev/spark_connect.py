@@ -102,14 +102,9 @@ class SparkConnectServer:
                              f"{done.stderr[-2000:]}")
 
     def running(self) -> bool:
-        pid = self._pid()
-        if pid is None:
-            return False
-        try:
-            os.killpg(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        from groupscope_dev.airflow import process_group_alive
+
+        return process_group_alive(self._pid())
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stops the server's process group (this object's, or the one its pid file names)."""
