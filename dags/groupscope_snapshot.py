@@ -58,7 +58,8 @@ def snapshot_dag(conn_id: str) -> None:
         @task
         def collect() -> dict[str, object]:
             return pipeline.collect(KafkaClusterHook(conn_id).cluster(), SETTINGS.landing,
-                                    datetime.now(UTC), SETTINGS.kafka_timeout_s)
+                                    datetime.now(UTC), SETTINGS.kafka_timeout_s,
+                                    SETTINGS.offset_fetch_connections)
 
         @task
         def check_landed() -> list[str]:

@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     ingest_every_s: float = 300.0
     analytics_schedule: str = "0 * * * *"  # a cron expression, or "assets"
     kafka_timeout_s: float = 30.0
+    # Connections (AdminClients) each snapshot spreads its one-group OffsetFetch requests over
+    # (groupscope.collect.collector.CollectorSettings; docs/benchmarks.md).
+    offset_fetch_connections: int = 3
     retries: int = 2
     retry_delay_s: float = 30.0
     spark_conn_id: str = "spark_default"
@@ -170,6 +173,17 @@ class Settings(BaseSettings):
             raise ValueError("is not a whole number of retries")
         if count < 0:
             raise ValueError("must be 0 or more retries")
+        return int(count)
+
+    @field_validator("offset_fetch_connections", mode="before")
+    @classmethod
+    def _connections(cls, raw: Any) -> int:
+        try:
+            count = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError("is not a whole number of connections") from None
+        if not count.is_integer() or not 1 <= count <= 16:
+            raise ValueError("must be a whole number of connections from 1 to 16")
         return int(count)
 
     @field_validator("retention_raw_days", "retention_mart_days", "retention_hourly_days",

@@ -58,7 +58,7 @@ def test_values_when_set(tmp_path: Path) -> None:
         "GROUPSCOPE_ALERT_WEBHOOK_URL": f"https://hooks.example/{SECRET}",
         "WAREHOUSE_URL": f"postgresql://gs:{SECRET}@db:5432/groupscope",
         "GROUPSCOPE_RETENTION_RAW_DAYS": "7", "GROUPSCOPE_RETENTION_MART_DAYS": "30.0",
-        "GROUPSCOPE_RETENTION_HOURLY_DAYS": "730",
+        "GROUPSCOPE_RETENTION_HOURLY_DAYS": "730", "GROUPSCOPE_OFFSET_FETCH_CONNECTIONS": "2",
     })
     assert s.landing == tmp_path / "landing"
     assert (s.snapshot_every, s.ingest_every) == (timedelta(seconds=15), timedelta(seconds=2.5))
@@ -71,6 +71,7 @@ def test_values_when_set(tmp_path: Path) -> None:
     assert reveal(s.warehouse_url) == f"postgresql://gs:{SECRET}@db:5432/groupscope"
     assert s.retention == {"raw": timedelta(days=7), "mart": timedelta(days=30),
                            "hourly": timedelta(days=730)}
+    assert s.offset_fetch_connections == 2
 
 
 def test_an_empty_variable_counts_as_unset() -> None:
@@ -104,6 +105,9 @@ def test_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> 
     ("GROUPSCOPE_KAFKA_CONNECTIONS", " , ", "names no connection"),
     ("GROUPSCOPE_SPARK_CONN_ID", "spark prod", "is not an Airflow connection id"),
     ("GROUPSCOPE_RETENTION_RAW_DAYS", "0", "must be at least 1 day"),
+    ("GROUPSCOPE_OFFSET_FETCH_CONNECTIONS", "0",
+     "must be a whole number of connections from 1 to 16"),
+    ("GROUPSCOPE_OFFSET_FETCH_CONNECTIONS", "two", "is not a whole number of connections"),
     ("GROUPSCOPE_RETENTION_MART_DAYS", "90d", "is not a whole number of days"),
     ("GROUPSCOPE_RETENTION_HOURLY_DAYS", "0.5", "is not a whole number of days"),
 ])
