@@ -142,3 +142,21 @@ def test_rollups_do_not_net_negative_lag(spark: SparkSession) -> None:
                         frame(spark, "record_timestamps", []))
     group = L.rollups(result)["group_lag"].collect()[0]
     assert (group["lag"], group["negative_lag_partitions"], group["max_lag"]) == (5, 1, 5)
+
+
+def test_rollups_of_partitions_whose_lag_is_unknown(spark: SparkSession) -> None:
+    """A member assigned partitions without a committed offset yet (it just joined): its
+    lag is unknown, and its roll-up row still has every NOT NULL count (the whole lag job
+    failed on it once)."""
+    commits = [committed(0, None), committed(0, None, partition=1)]
+    logs = [log(0, 10), log(0, 10, partition=1)]
+    assigned = [{"cluster": "c", "snapshot_ts": at(0), "group_id": "g", "member_id": "m1",
+                 "kind": "current", "topic": "t", "partition": p} for p in (0, 1)]
+    result = L.lag_mart(frame(spark, "committed_offsets", commits),
+                        frame(spark, "partition_offsets", logs),
+                        frame(spark, "member_assignments", assigned),
+                        frame(spark, "record_timestamps", []))
+    member = L.rollups(result)["member_lag"].collect()[0]
+    assert (member["partitions"], member["lag"], member["max_lag"],
+            member["negative_lag_partitions"], member["beyond_retention_partitions"]) == \
+        (2, 0, None, 0, 0)

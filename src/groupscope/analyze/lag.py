@@ -211,7 +211,10 @@ def rollups(lag: DataFrame) -> dict[str, DataFrame]:
             F.count("*").cast("int").alias("partitions"),
             F.coalesce(F.sum(positive), F.lit(0)).alias("lag"),
             F.max("lag").alias("max_lag"),
-            F.sum((F.col("lag") < 0).cast("int")).cast("int").alias("negative_lag_partitions"),
+            # 0, not null, when every lag is unknown (a member's first assignment, before
+            # any commit): the column is NOT NULL, and one such member failed the whole job.
+            F.coalesce(F.sum((F.col("lag") < 0).cast("int")), F.lit(0)).cast("int")
+            .alias("negative_lag_partitions"),
             F.sum(F.col("lag_beyond_retention").cast("int")).cast("int")
             .alias("beyond_retention_partitions"),
             F.max("time_lag_estimated_s").alias("max_time_lag_estimated_s"),
