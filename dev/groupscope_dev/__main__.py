@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -172,8 +173,6 @@ class Stack:
             self.postgres(layout).destroy()
             say("stopped Spark Connect, Kafka and PostgreSQL and removed their data")
         # The main job's own state describes the Kafka and warehouse just removed.
-        import shutil
-
         for leftover in ("landing", "airflow", "demo", "spark-connect", "spark-cluster"):
             shutil.rmtree(self.state_dir / leftover, ignore_errors=True)
         (self.state_dir / "alerts.jsonl").unlink(missing_ok=True)
@@ -320,8 +319,6 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             # The e-mail channel's SMTP server: each mail lands in <state>/mail, .eml and .txt;
             # the webhook catcher's log in <state>/webhook. Both are this run's alone (they
             # stay after it, to be read).
-            import shutil
-
             for folder in (mail_folder, stack.state_dir / "webhook"):
                 shutil.rmtree(folder, ignore_errors=True)
             mail = MailCatcher(mail_folder)

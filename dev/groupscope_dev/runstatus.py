@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -133,8 +133,7 @@ def read_groups(conn: Any, cluster: str) -> list[GroupNow]:
     computed = [r["group_id"] for r in rows]
     rows += [dict(r) for r in conn.execute(_NOT_COMPUTED,
                                            {"cluster": cluster, "computed": computed}).mappings()]
-    groups = [GroupNow(**{k: v for k, v in r.items() if v is not None or k in _NULLABLE})
-              for r in rows]
+    groups = [GroupNow(**r) for r in rows]
     empty = {g.group_id: g.snapshot_ts for g in groups if g.members == 0}
     since: dict[str, tuple[datetime, bool]] = {}
     for at in set(empty.values()):
@@ -146,13 +145,7 @@ def read_groups(conn: Any, cluster: str) -> list[GroupNow]:
                   key=lambda g: g.group_id)
 
 
-_NULLABLE = {"state", "members", "protocol_type", "lag", "time_lag_s", "status", "earlier_lag",
-             "earlier_ts", "worst_reason"}
-
-
 def _with_empty_since(group: GroupNow, since: tuple[datetime, bool] | None) -> GroupNow:
-    from dataclasses import replace
-
     return group if since is None else replace(group, empty_since=since[0],
                                                empty_since_known=since[1])
 
@@ -160,8 +153,6 @@ def _with_empty_since(group: GroupNow, since: tuple[datetime, bool] | None) -> G
 # -- rendering (pure) ------------------------------------------------------------------------
 def clock(ts: datetime) -> str:
     """``12:03:10Z`` (UTC), as the alert messages write times."""
-    from datetime import UTC
-
     return ts.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
