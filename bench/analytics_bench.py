@@ -134,11 +134,11 @@ class PeakRss:
         self._thread.join()
 
 
-def run_spark(root: Path, out: Path) -> dict[str, Any]:
+def run_spark(root: Path, out: Path, driver_memory: str = "6g") -> dict[str, Any]:
     from groupscope.analyze import jobs
     from groupscope.analyze.io import Interval, session
 
-    spark = session("bench", master="local[2]", driver_memory="6g")
+    spark = session("bench", master="local[2]", driver_memory=driver_memory)
     job = jobs.JobArgs(root, "bench", Interval(DAY, DAY + timedelta(days=1)), None,
                        timedelta(hours=1))
     started = time.perf_counter()
@@ -303,6 +303,8 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=50)
     parser.add_argument("--minutes", type=int, default=1440)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--driver-memory", default="6g",
+                        help="the Spark driver's heap (local mode: the whole JVM's)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gs-analytics-bench-"))
     try:
@@ -311,7 +313,7 @@ def main() -> int:
         print(f"generated {rows:,} partition rows in {time.perf_counter() - started:.0f} s",
               flush=True)
         with PeakRss() as spark_mem:
-            spark = run_spark(work / "landing", work / "out")
+            spark = run_spark(work / "landing", work / "out", args.driver_memory)
         print(f"spark: {spark['seconds']:.1f} s, peak RSS {spark_mem.peak / 2**20:.0f} MiB",
               flush=True)
         with PeakRss() as duck_mem:
@@ -322,8 +324,10 @@ def main() -> int:
             "when": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
                         "platform": platform.platform()},
-            "input_rows": rows, "spark": {**spark, "peak_rss_mib": spark_mem.peak / 2**20,
-                                          "rows_per_s": rows / spark["seconds"]},
+            "input_rows": rows,
+            "spark": {**spark, "driver_memory": args.driver_memory,
+                      "peak_rss_mib": spark_mem.peak / 2**20,
+                      "rows_per_s": rows / spark["seconds"]},
             "duckdb": {**duck, "peak_rss_mib": duck_mem.peak / 2**20,
                        "rows_per_s": rows / duck["seconds"]},
             "ratio": spark["seconds"] / duck["seconds"], "agreement": agreement(work / "out"),

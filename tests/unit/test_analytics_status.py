@@ -5,6 +5,7 @@ right."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -301,3 +302,67 @@ def test_group_status_rolls_up_the_worst_partition(spark: SparkSession) -> None:
     latest = group_status(partitions).orderBy("snapshot_ts").collect()[-1]
     assert (latest["status"], latest["stop_partitions"], latest["ok_partitions"]) == ("ERR", 1, 1)
     assert (latest["worst_topic"], latest["worst_partition"]) == ("t", 1)
+
+
+def _longest_pause_by_definition(rows: list[tuple[float, int]], history_s: float
+                                 ) -> list[float | None]:
+    """Straight from the definition, per row: the advances of the last ``history_s`` before
+    it (strictly before, in microseconds), and the longest pause between two consecutive
+    ones, each from the snapshot before the earlier advance to the later advance."""
+    micros = [round(t * 1_000_000) for t, _ in rows]
+    advances = [(micros[i], rows[i][0], rows[i - 1][0]) for i in range(1, len(rows))
+                if rows[i][1] != rows[i - 1][1]]
+    out: list[float | None] = []
+    for us in micros:
+        inside = [a for a in advances if us - round(history_s * 1_000_000) <= a[0] < us]
+        pauses = [later[1] - earlier[2] for earlier, later in itertools.pairwise(inside)]
+        out.append(max(pauses) if pauses else None)
+    return out
+
+
+def test_the_longest_pause_is_the_definition_across_time_blocks(spark: SparkSession) -> None:
+    """The longest pause is computed along blocks of time as long as the history (a list of
+    the window's advances per row was most of the job's time at scale). Irregular snapshots,
+    advances at random, pauses longer than the history, and windows that start anywhere in a
+    block: every row equals the definition, computed naively."""
+    import random
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from groupscope.analyze.status import KEYS, _with_longest_pause
+
+    history_s = 600.0
+    rng = random.Random(11)
+    cases: dict[str, list[tuple[float, int]]] = {}
+    for case in range(12):
+        t, committed, rows = 1_000_000 + rng.uniform(0, 600), 0, []
+        for _ in range(rng.randrange(20, 120)):
+            t += rng.choice([rng.uniform(5, 90), rng.uniform(90, 400), rng.uniform(600, 1500)]
+                            if case % 3 == 0 else [rng.uniform(10, 120)])
+            if rng.random() < (0.3 if case % 2 else 0.8):
+                committed += rng.randrange(1, 50)
+            rows.append((round(t, 6), committed))
+        cases[f"g{case}"] = rows
+    frame = spark.createDataFrame(
+        [("c", group, "t", 0, datetime.fromtimestamp(t, UTC), committed)
+         for group, rows in cases.items() for t, committed in rows],
+        "cluster string, group_id string, topic string, partition int, snapshot_ts timestamp, "
+        "committed_offset long")
+    history = Window.partitionBy(*KEYS).orderBy("_us")
+    frame = (frame.withColumn("_us", F.unix_micros("snapshot_ts"))
+             .withColumn("_t", F.unix_micros("snapshot_ts") / F.lit(1_000_000.0))
+             .withColumn("_prev_t", F.lag("_t").over(history))
+             .withColumn("_d", F.col("committed_offset")
+                         - F.lag("committed_offset").over(history)))
+    advanced = F.col("_d").isNotNull() & (F.col("_d") != 0)
+    got: dict[str, list[float | None]] = {}
+    for row in (_with_longest_pause(frame, advanced, history, int(history_s * 1_000_000))
+                .orderBy("group_id", "_us").collect()):
+        got.setdefault(row["group_id"], []).append(row["_longest_pause"])
+    compared = 0
+    for group, rows in cases.items():
+        expected = _longest_pause_by_definition(rows, history_s)
+        assert got[group] == expected, group
+        compared += sum(e is not None for e in expected)
+    assert compared > 200  # most rows have a pause to compare, not only nulls

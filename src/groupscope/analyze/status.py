@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from groupscope.contract.status import (
@@ -97,6 +97,81 @@ def _t(column: str) -> Column:
     return F.unix_micros(F.col(column)) / F.lit(1_000_000.0)
 
 
+def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
+                        history_us: int) -> DataFrame:
+    """Adds ``_longest_pause``: the longest pause between two advances of the committed
+    offset that both lie in the ``history_us`` before this snapshot (a pause ending in that
+    window but starting before it may not have been read, so it never counts), null with
+    fewer than two. A pause runs from the snapshot before the one that saw an advance
+    (``_prev_t``) to the one that saw the next.
+
+    The pauses in the window are those ending at its advances, less the one ending at its
+    first advance. A sliding max cannot leave out one element, and a list of the window's
+    advances per row (what this was) copies the whole window per row: most of the job's
+    time at scale. So the window is split (van Herk / Gil-Werman) along blocks of time as
+    long as it: [t - h, t) meets exactly two, B and B + 1 (t is in B + 1). Each advance
+    carries the running max of its block so far (with and without the block's first
+    advance) and the max of its block after it; the answer is the part of block B after
+    the window's first advance plus the part of block B + 1 before t. The frames are running
+    ones, or sliding ones over plain numbers: a frame of h never holds more than two
+    blocks, so the parity of a block tells them apart without comparing structs (slow in a
+    sliding frame, which Spark re-aggregates at every row)."""
+    before = history.rowsBetween(Window.unboundedPreceding, -1)
+    upto = history.rowsBetween(Window.unboundedPreceding, 0)
+    block = F.expr(f"_us div {history_us}")
+    previous = F.last(F.when(advanced, F.struct(F.col("_prev_t").alias("from_t"),
+                                                block.alias("block"))),
+                      ignorenulls=True).over(before)
+    frame = (frame.withColumn("_block", block)
+             .withColumn("_even", F.col("_block") % 2 == 0)
+             .withColumn("_previous_advance", previous)
+             .withColumn("_pause", F.when(advanced, F.col("_t")
+                                          - F.col("_previous_advance")["from_t"]))
+             .withColumn("_first_of_block", F.coalesce(
+                 F.col("_previous_advance")["block"] != F.col("_block"), F.lit(True)))
+             .drop("_previous_advance"))  # each window below copies whole rows: keep them narrow
+    first_of_block = F.col("_first_of_block")
+    # Structs ordered by block first: a running max is the max of the current block only.
+    so_far = F.max(F.when(advanced, F.struct("_block", "_pause"))).over(upto)
+    so_far_but_first = F.max(F.when(advanced, F.struct(
+        "_block", F.when(~first_of_block, F.col("_pause")).alias("_pause")))).over(upto)
+
+    def by_parity(name: str, value: Column) -> DataFrame:
+        return (frame.withColumn(f"{name}_even", F.when(advanced & F.col("_even"), value))
+                .withColumn(f"{name}_odd", F.when(advanced & ~F.col("_even"), value)))
+
+    def of_parity(name: str, even: Column) -> Column:
+        return F.when(even, F.col(f"{name}_even")).otherwise(F.col(f"{name}_odd"))
+
+    frame = by_parity("_pause", F.col("_pause"))
+    after = history.rangeBetween(1, history_us)  # this block's later advances, and the next's
+    frame = (frame
+             .withColumn("_later_even", F.max("_pause_even").over(after))
+             .withColumn("_later_odd", F.max("_pause_odd").over(after))
+             .withColumn("_block_max", F.when(advanced, F.struct(
+                 "_block", so_far["_pause"].alias("all"),
+                 so_far_but_first["_pause"].alias("but_first"))))
+             .drop("_pause_even", "_pause_odd", "_first_of_block"))
+    # -1 (no pause is negative) keeps an advance with no later one in its block from being
+    # skipped as a null by "the first advance in the window".
+    frame = by_parity("_later", F.coalesce(of_parity("_later", F.col("_even")), F.lit(-1.0)))
+    window = history.rangeBetween(-history_us, -1)
+    frame = (frame
+             .withColumn("_first_even", F.first("_later_even", ignorenulls=True).over(window))
+             .withColumn("_first_odd", F.first("_later_odd", ignorenulls=True).over(window))
+             .withColumn("_last_before", F.last("_block_max", ignorenulls=True).over(before)))
+    first_in_block_b = of_parity("_first", ~F.col("_even"))  # block B = this block - 1
+    last = F.col("_last_before")
+    in_this_block = last["_block"] == F.col("_block")
+    longest = (F.when(first_in_block_b.isNotNull(), F.greatest(
+                   F.when(first_in_block_b >= 0, first_in_block_b),
+                   F.when(in_this_block, last["all"])))
+               .otherwise(F.when(in_this_block, last["but_first"])))
+    return (frame.withColumn("_longest_pause", longest)
+            .drop("_block", "_even", "_pause", "_block_max", "_later_even", "_later_odd",
+                  "_first_even", "_first_odd", "_last_before"))
+
+
 def partition_status(lag: DataFrame, groups: DataFrame,
                      settings: StatusSettings = StatusSettings()) -> DataFrame:
     """``lag``: partition lag rows (cluster, snapshot_ts, group_id, topic, partition,
@@ -105,7 +180,6 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     committed offset."""
     micros = 1_000_000
     history = Window.partitionBy(*KEYS).orderBy("_us")
-    recent_before = history.rangeBetween(-int(settings.history_s * micros), -1)
     window = history.rangeBetween(-int(settings.window_s * micros), 0)
     in_history = history.rangeBetween(-int(settings.history_s * micros), 0)
     upto = history.rowsBetween(Window.unboundedPreceding, 0)
@@ -114,7 +188,9 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     group_columns = ["state", "member_count"]
     if "described" in groups.columns:
         group_columns.append("described")
-    frame = (lag.where(F.col("committed_offset").isNotNull())
+    # Only what the rules read: every window below buffers and copies whole rows.
+    frame = (lag.select(*KEYS, "snapshot_ts", "committed_offset", "high_watermark", "lag")
+             .where(F.col("committed_offset").isNotNull())
              # Small (one row per group and snapshot): broadcast, keeping the rows where they are.
              .join(F.broadcast(groups.select("cluster", "snapshot_ts", "group_id",
                                              *group_columns)),
@@ -131,9 +207,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
         else F.lit(True)
     members = F.coalesce(F.col("member_count"), F.lit(0))
     # The last advance and the last snapshot with members, as running "last" values kept only
-    # within the history horizon (incremental frames); the advances of the last history_s
-    # before this snapshot as a list, so that a pause counts only when both its ends are in
-    # it (a pause ending in the window but starting before it may not have been read).
+    # within the history horizon (incremental frames).
     last_advance = F.last("_advance", ignorenulls=True).over(upto)
     last_with_members = F.last("_with_members", ignorenulls=True).over(before)
     frame = (frame
@@ -149,19 +223,13 @@ def partition_status(lag: DataFrame, groups: DataFrame,
              # every job that computes this snapshot has read (however far back it read).
              .withColumn("_last_advance", F.greatest(
                  F.col("_last_adv")["t"], F.min("_t").over(in_history)))
-             # collect_list skips the nulls (no advance); sorted by time, the struct's first field.
-             .withColumn("_advances", F.array_sort(F.collect_list("_advance").over(recent_before)))
              .withColumn("_n", F.count("*").over(window))
              .withColumn("_rewound", F.min("_d_committed").over(window) < 0)
              .withColumn("_lag_first", F.first("lag").over(window))
              .withColumn("_committed_first", F.first("committed_offset").over(window))
              .withColumn("_hw_first", F.first("high_watermark").over(window))
              .withColumn("_lag_never_fell", F.min("_d_lag").over(window) >= 0))
-    # From the snapshot before the one that saw an advance to the one that saw the next
-    # (element_at counts from 1: element i is the advance before advance i).
-    pauses = F.transform("_advances", lambda a, i: F.when(
-        i > 0, a["t"] - F.element_at("_advances", i)["from_t"]))
-    frame = frame.withColumn("_longest_pause", F.array_max(pauses))
+    frame = _with_longest_pause(frame, advanced, history, int(settings.history_s * micros))
 
     since_advance = F.col("_t") - F.col("_last_advance")
     rhythm_known = F.col("_longest_pause").isNotNull()
