@@ -1,0 +1,40 @@
+"""Which landed files the Spark jobs read: those of snapshots whose manifest is landed, from the
+folder listings alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from groupscope.analyze.io import landed_files
+from groupscope.contract import layout
+
+T0 = datetime(2026, 11, 20, 9, 58, tzinfo=UTC)
+
+
+def _touch(root: Path, table: str, ts: datetime, snapshot_id: str) -> Path:
+    path = layout.snapshot_file(root, table, "c", ts, snapshot_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return path
+
+
+def test_only_snapshots_with_a_landed_manifest_are_read(tmp_path: Path) -> None:
+    landed = {}
+    for minute, name in ((0, "s1"), (1, "s2"), (3, "s3"), (5, "s4")):  # s2, s3 cross the hour
+        ts = T0 + timedelta(minutes=minute)
+        landed[name] = _touch(tmp_path, "committed_offsets", ts, name)
+        if name != "s3":  # s3: a crash after its tables, before its manifest
+            _touch(tmp_path, layout.MANIFEST_TABLE, ts, name)
+    # A manifest whose table file is absent (a table added to the landing zone later).
+    _touch(tmp_path, layout.MANIFEST_TABLE, T0 + timedelta(minutes=6), "s5")
+    # A temporary file being written beside the landed ones.
+    (landed["s4"].parent / f".{landed['s4'].name}.tmp").write_bytes(b"")
+
+    files = landed_files(tmp_path, "committed_offsets", "c", T0, T0 + timedelta(hours=1))
+
+    assert files == [str(landed[name]) for name in ("s1", "s2", "s4")]
+    assert landed_files(tmp_path, "committed_offsets", "other", T0, T0 + timedelta(hours=1)) == []
+    # Hours outside [start, end) are not listed.
+    assert landed_files(tmp_path, "committed_offsets", "c", T0 + timedelta(hours=1),
+                        T0 + timedelta(hours=2)) == [str(landed["s4"])]
