@@ -53,7 +53,7 @@ def _copy_first_hour(engine: Any, day: datetime, hours: int) -> dict[str, int]:
     ``hours - 1`` hours, the table's time column moved by whole hours (the partitions of the
     day exist: the first hour's writers made them). Identity and defaulted-sequence columns
     take new values. Returns the rows each table holds after."""
-    counts = {}
+    counts: dict[str, int] = {}
     with engine.begin() as conn:
         tables = conn.exec_driver_sql(
             "SELECT schema_name, table_name, time_column FROM groupscope_meta.partitioned_tables"
