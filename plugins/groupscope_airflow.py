@@ -134,11 +134,12 @@ class AnalyticsJobOperator(SparkSubmitOperator):
     def __init__(self, *, job: str, cluster: str, landing: Path, hourly: bool,
                  connect_conn_id: str | None = None,
                  warehouse_conn_id: str = WAREHOUSE_CONN_ID, **kwargs: Any) -> None:
+        from groupscope.analyze.io import DRIVER_LAUNCH_CONF
         from groupscope.analyze.submit import job_path
 
         super().__init__(application=str(job_path(f"{job}_job.py")),
                          name=f"groupscope-{job}-{cluster}",
-                         conf={"spark.ui.enabled": "false"}, **kwargs)
+                         conf={"spark.ui.enabled": "false", **DRIVER_LAUNCH_CONF}, **kwargs)
         self.job, self.cluster, self.landing, self.hourly = job, cluster, landing, hourly
         self.connect_conn_id = connect_conn_id
         self.warehouse_conn_id = warehouse_conn_id

@@ -1,12 +1,15 @@
 """Which landed files the Spark jobs read: those of snapshots whose manifest is landed, from the
-folder listings alone."""
+folder listings alone. And the JVM the jobs run in: the throughput collector, however Spark
+starts."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from groupscope.analyze.io import landed_files
+from groupscope.analyze import submit
+from groupscope.analyze.io import JVM_OPTIONS, landed_files
 from groupscope.contract import layout
 
 T0 = datetime(2026, 11, 20, 9, 58, tzinfo=UTC)
@@ -38,3 +41,17 @@ def test_only_snapshots_with_a_landed_manifest_are_read(tmp_path: Path) -> None:
     # Hours outside [start, end) are not listed.
     assert landed_files(tmp_path, "committed_offsets", "c", T0 + timedelta(hours=1),
                         T0 + timedelta(hours=2)) == [str(landed["s4"])]
+
+
+def test_a_local_session_starts_its_jvm_with_the_throughput_collector(spark: Any) -> None:
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    collectors = {bean.getName() for bean in management.getGarbageCollectorMXBeans()}
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}  # ParallelGC's, not G1's
+
+
+def test_spark_submit_starts_the_driver_with_the_jvm_options() -> None:
+    argv = submit.command("lag_job.py", ["--cluster", "c"], conf={"spark.x": "1"})
+    confs = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]
+    assert f"spark.driver.extraJavaOptions={JVM_OPTIONS}" in confs
+    assert "spark.x=1" in confs
+    assert argv[-3:] == [str(submit.job_path("lag_job.py")), "--cluster", "c"]
