@@ -1,26 +1,34 @@
 """The Spark path of the offsets-topic ingest (Spark's Kafka source from Maven Central, local
 mode) lands exactly what the plain path lands, and the two continue from each other's
-positions."""
+positions. On a broker of its own: the session's broker has other tests' groups, whose members
+expire and write to the offsets topic at any time (a run saw 16 of its partitions move
+between the two ingests)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from conftest import unique
+from conftest import _cluster, _running, unique
 from kafkautil import create_topic
 from test_offsets_topic import _ingest_all
 
 from groupscope.analyze import submit as sparksubmit
 from groupscope.offsets import store
 from groupscope.offsets.events import EVENT_SCHEMAS
-from groupscope_dev.kafka import KafkaCluster, spark_kafka_libs
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, spark_kafka_libs
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
+    yield from _running(_cluster(services_dir, "spark-ingest", 1, DEFAULT_KAFKA_VERSION))
 
 
 def _commit(bootstrap: str, group: str, topic: str, times: int) -> None:
