@@ -139,7 +139,7 @@ class AnalyticsJobOperator(SparkSubmitOperator):
 
         super().__init__(application=str(job_path(f"{job}_job.py")),
                          name=f"groupscope-{job}-{cluster}",
-                         conf={"spark.ui.enabled": "false", **DRIVER_LAUNCH_CONF}, **kwargs)
+                         conf=dict(DRIVER_LAUNCH_CONF), **kwargs)
         self.job, self.cluster, self.landing, self.hourly = job, cluster, landing, hourly
         self.connect_conn_id = connect_conn_id
         self.warehouse_conn_id = warehouse_conn_id

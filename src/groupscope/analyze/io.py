@@ -38,7 +38,7 @@ JVM_OPTIONS = "-XX:+UseParallelGC"
 
 # What the driver's JVM must be started with: spark-submit takes them on its command line
 # (``submit.command``, the Airflow operator); a session created in a running JVM cannot.
-DRIVER_LAUNCH_CONF = {"spark.driver.extraJavaOptions": JVM_OPTIONS}
+DRIVER_LAUNCH_CONF = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": JVM_OPTIONS}
 
 
 def spark_conf(cores: int = 2) -> dict[str, str]:
@@ -58,7 +58,6 @@ def spark_conf(cores: int = 2) -> dict[str, str]:
         # Letting a join reuse that partitioning saves a shuffle of every row per join.
         "spark.sql.requireAllClusterKeysForCoPartition": "false",
         "spark.sql.shuffle.partitions": str(max(4, cores * 2)),
-        "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         **DRIVER_LAUNCH_CONF,
         "spark.executor.extraJavaOptions": JVM_OPTIONS,

@@ -42,8 +42,7 @@ def command(job: str, args: Sequence[str], master: str = "local[2]",
             jars: Sequence[Path] = (), conf: dict[str, str] | None = None) -> list[str]:
     from groupscope.analyze.io import DRIVER_LAUNCH_CONF
 
-    argv = [str(spark_home() / "bin" / "spark-submit"), "--master", master,
-            "--conf", "spark.ui.enabled=false"]
+    argv = [str(spark_home() / "bin" / "spark-submit"), "--master", master]
     for key, value in {**DRIVER_LAUNCH_CONF, **(conf or {})}.items():
         argv += ["--conf", f"{key}={value}"]
     if jars:
