@@ -4,8 +4,11 @@ themselves with unique names."""
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Integration tests follow the fast unit tests, so a broken invariant shows first.
     items.sort(key=lambda item: "integration" in str(item.fspath))
 
+
+
+# pytest-timeout interrupts a test with SIGALRM, whose handler runs only once the main thread is
+# back in Python. A test stuck inside a C call (a client library's blocking close, a finally
+# block's call to a JVM that stopped answering) outlives it, and the run hangs until CI's limit
+# with nothing printed. faulthandler's watchdog is a C thread: past the timeout and a grace
+# period, it prints every thread's stack and ends the run. It is armed again for each phase,
+# since pytest cancels it whenever it reports a failure.
+WATCHDOG_GRACE_S = 120
+_watchdog_fd = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_watchdog_fd] = os.dup(sys.stderr.fileno())  # before capture takes fd 2
+
+
+def _watched(item: pytest.Item) -> Generator[None, object, object]:
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else item.config.getini("timeout"))
+    if timeout > 0:
+        faulthandler.dump_traceback_later(timeout + WATCHDOG_GRACE_S, exit=True,
+                                          file=item.config.stash[_watchdog_fd])
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_watched)
+pytest_runtest_call = pytest.hookimpl(wrapper=True)(_watched)
+pytest_runtest_teardown = pytest.hookimpl(wrapper=True)(_watched)
