@@ -4,6 +4,7 @@ starts."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,16 @@ def test_spark_submit_starts_the_driver_with_the_jvm_options() -> None:
     assert f"spark.driver.extraJavaOptions={JVM_OPTIONS}" in confs
     assert "spark.x=1" in confs
     assert argv[-3:] == [str(submit.job_path("lag_job.py")), "--cluster", "c"]
+
+
+def test_a_long_lived_session_keeps_only_recent_query_history(spark: Any) -> None:
+    """Spark keeps past queries for its UI even with the UI off (1,000 by default, with their
+    plans): spark_conf() bounds them, so a long-lived driver does not fill its heap."""
+    for _ in range(60):
+        spark.range(1).count()  # one SQL execution and one job each
+    sql_store = spark._jsparkSession.sharedState().statusStore()
+    deadline = time.monotonic() + 30  # the store trims after its listener caught up
+    while sql_store.executionsCount() > 20 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sql_store.executionsCount() <= 20
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) <= 50

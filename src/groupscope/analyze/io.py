@@ -29,7 +29,9 @@ class Interval:
 # Static confs: fixed when the JVM starts (spark-submit, a local session, the Connect server's
 # command line); a Spark Connect client cannot change them.
 STATIC_CONF = frozenset({"spark.ui.enabled", "spark.driver.memory",
-                         "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"})
+                         "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions",
+                         "spark.sql.ui.retainedExecutions", "spark.ui.retainedJobs",
+                         "spark.ui.retainedStages", "spark.ui.retainedTasks"})
 
 # The throughput collector: the jobs are batches, whose total time counts, not a pause. With
 # it the lag mart of a day (bench/analytics_bench.py's data, local[2]) took 119.7-122.9 s
@@ -59,6 +61,14 @@ def spark_conf(cores: int = 2) -> dict[str, str]:
         "spark.sql.requireAllClusterKeysForCoPartition": "false",
         "spark.sql.shuffle.partitions": str(max(4, cores * 2)),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # What the UI shows of past queries, which Spark keeps with the UI off too: by default
+        # 1,000 SQL executions (their plans, thousands of metrics each for these jobs), jobs and
+        # stages, and 100,000 tasks. A long-lived driver (the Connect server of the live path,
+        # a test session) filled a 1 GiB heap with them and spent its time in full GCs.
+        "spark.sql.ui.retainedExecutions": "20",
+        "spark.ui.retainedJobs": "50",
+        "spark.ui.retainedStages": "100",
+        "spark.ui.retainedTasks": "10000",
         **DRIVER_LAUNCH_CONF,
         "spark.executor.extraJavaOptions": JVM_OPTIONS,
     }
