@@ -122,7 +122,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: "integration" in str(item.fspath))
 
 
-
 # pytest-timeout interrupts a test with SIGALRM, whose handler runs only once the main thread is
 # back in Python. A test stuck inside a C call (a client library's blocking close, a finally
 # block's call to a JVM that stopped answering) outlives it, and the run hangs until CI's limit

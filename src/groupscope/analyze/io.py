@@ -63,8 +63,8 @@ def spark_conf(cores: int = 2) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # What the UI shows of past queries, which Spark keeps with the UI off too: by default
         # 1,000 SQL executions (their plans, thousands of metrics each for these jobs), jobs and
-        # stages, and 100,000 tasks. A long-lived driver (the Connect server of the live path,
-        # a test session) filled a 1 GiB heap with them and spent its time in full GCs.
+        # stages, and 100,000 tasks. The tests' long-lived session filled its 1 GiB heap with
+        # them and spent its time in full GCs; the live path's Connect server lives as long.
         "spark.sql.ui.retainedExecutions": "20",
         "spark.ui.retainedJobs": "50",
         "spark.ui.retainedStages": "100",
