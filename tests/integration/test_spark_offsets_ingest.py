@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from conftest import _cluster, _running, unique
-from kafkautil import create_topic
+from kafkautil import commit_offsets, create_topic
 from test_offsets_topic import _ingest_all
 
 from groupscope.analyze import submit as sparksubmit
@@ -32,9 +32,12 @@ def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
 
 
 def _commit(bootstrap: str, group: str, topic: str, times: int) -> None:
+    """Commits offsets 1 .. times. The first waits out the coordinator: on this module's fresh
+    broker it is still loading the group's offsets-topic partition."""
+    commit_offsets(bootstrap, group, {(topic, 0): 1})
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False})
-    for n in range(times):
+    for n in range(1, times):
         consumer.commit(offsets=[TopicPartition(topic, 0, n + 1)], asynchronous=False)
     consumer.close()
 
