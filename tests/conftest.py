@@ -12,6 +12,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+from pytest_timeout import _get_item_settings
 
 from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
 from groupscope_dev.ports import free_port_block, free_ports
@@ -137,9 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _watched(item: pytest.Item) -> Generator[None, object, object]:
-    marker = item.get_closest_marker("timeout")
-    timeout = float(marker.args[0] if marker and marker.args else item.config.getini("timeout"))
-    if timeout > 0:
+    timeout = _get_item_settings(item).timeout  # pytest-timeout's own: marker, option, ini
+    if timeout:
         faulthandler.dump_traceback_later(timeout + WATCHDOG_GRACE_S, exit=True,
                                           file=item.config.stash[_watchdog_fd])
     try:

@@ -4,10 +4,11 @@ starts."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from kafkautil import wait_until
 
 from groupscope.analyze import submit
 from groupscope.analyze.io import JVM_OPTIONS, landed_files
@@ -68,8 +69,8 @@ def test_a_long_lived_session_keeps_only_recent_query_history(spark: Any) -> Non
     def kept_jobs() -> int:
         return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
-    deadline = time.monotonic() + 30  # the store trims once its listener has caught up
-    while (sql_store.executionsCount() > 20 or kept_jobs() > 50) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    # the store trims once its listener has caught up
+    wait_until(lambda: sql_store.executionsCount() <= 20 and kept_jobs() <= 50, 30,
+               "Spark to trim its query history to 20 SQL executions and 50 jobs")
     assert sql_store.executionsCount() <= 20
     assert kept_jobs() <= 50
