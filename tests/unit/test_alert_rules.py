@@ -1,10 +1,12 @@
 """Alert rules (groupscope.serve.rules): the built-ins load and validate; a file replaces and
 adds rules; overrides by cluster and group regex, the later winning field by field; routing
-by severity and labels; and every bad file is one line naming the file, the rule and the
-field."""
+by severity and labels; what an unknown value means, delivery retries and the heartbeat; and
+every bad file, a 400-digit number or a hostile document included, is one line naming the
+file, the rule and the field."""
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,10 +15,13 @@ import pytest
 from groupscope.serve.rules import (
     CLUSTER_CONDITIONS,
     CONDITIONS,
+    MAX_DEPTH,
+    SELF_CONDITIONS,
     RulesError,
     RuleSet,
     builtin_rules,
     load_rules,
+    load_rules_text,
     parse_duration,
 )
 
@@ -31,6 +36,10 @@ BUILTINS = {  # name: (condition, severity, threshold, for)
     "collector_stale": ("collector_stale", "critical", 3, timedelta(0)),
     "snapshot_incomplete": ("snapshot_incomplete", "critical", 3, timedelta(0)),
     "quality_gate_failed": ("quality_gate_failed", "critical", 0, timedelta(0)),
+    "analytics_stale": ("analytics_stale", "critical", 3, timedelta(0)),
+    "task_failed": ("task_failed", "critical", 0, timedelta(0)),
+    "channel_failing": ("channel_failing", "critical", 300, timedelta(0)),
+    "rules_invalid": ("rules_invalid", "critical", 0, timedelta(0)),
 }
 
 
@@ -55,9 +64,10 @@ def test_the_builtin_rules_load_and_validate() -> None:
     assert {r.name: (r.condition, r.severity, r.threshold, r.for_)
             for r in rules.rules} == BUILTINS
     assert set(CONDITIONS) == {c for c, *_ in BUILTINS.values()}
-    assert set(CONDITIONS) >= CLUSTER_CONDITIONS
+    assert set(CONDITIONS) >= CLUSTER_CONDITIONS >= SELF_CONDITIONS == {
+        "analytics_stale", "task_failed", "channel_failing", "rules_invalid"}
     for rule in rules.rules:
-        assert rule.enabled and rule.overrides == []
+        assert rule.enabled and rule.overrides == [] and rule.on_unknown == "keep"
         assert len(rule.runbook) > 60 and "\n" not in rule.runbook, rule.name
     assert [(c.name, c.kind, c.connection) for c in rules.channels] == [
         ("webhook", "webhook", "groupscope_alerts"), ("slack", "slack", "groupscope_slack"),
@@ -65,7 +75,14 @@ def test_the_builtin_rules_load_and_validate() -> None:
     assert rules.routes == []
     assert rules.repeat_interval == timedelta(hours=4)
     assert rules.keep_firing_for == timedelta(minutes=2)
+    assert (rules.unknown_notice_after, rules.delivery_max_age, rules.retry_initial,
+            rules.retry_max, rules.heartbeat) == (
+        timedelta(minutes=10), timedelta(hours=4), timedelta(seconds=30),
+        timedelta(minutes=15), None)
     assert load_rules(None) == rules
+    # The built-in file says what the model's defaults say.
+    bare = RuleSet(rules=rules.rules, channels=rules.channels)
+    assert bare == rules
 
 
 def test_an_empty_file_is_the_builtins_alone(tmp_path: Path) -> None:
@@ -262,7 +279,7 @@ def test_an_unknown_field(tmp_path: Path) -> None:
     message = error(tmp_path, "rules:\n  - name: lag_seconds_high\n    treshold: 60\n")
     assert message.endswith(
         "rule 'lag_seconds_high': field 'treshold': unknown field (allowed: name, severity, "
-        "condition, threshold, for, labels, runbook, enabled, overrides)")
+        "condition, threshold, for, labels, runbook, enabled, on_unknown, overrides)")
     message = error(tmp_path, "rules:\n  - name: lag_records_high\n    overrides:\n"
                               "      - {group: 'a.*', threshold: 5, window: 1m}\n")
     assert "rule 'lag_records_high': override 1: field 'window': unknown field" in message
@@ -409,3 +426,219 @@ def test_the_full_example_of_the_docs_loads(tmp_path: Path) -> None:
     assert not mine.effective("prod", "orders").enabled
     routed = rules.channels_for("critical", {"team": "payments"})
     assert [c.name for c in routed] == ["pager", "ops-mail", "payments-slack"]
+
+
+# --- unknown values, delivery and the heartbeat ------------------------------------------
+
+
+def test_on_unknown_by_rule_and_by_override(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, """
+rules:
+  - name: lag_seconds_high
+    on_unknown: alerting
+    overrides:
+      - {group: 'batch-.*', on_unknown: ok}
+      - {group: 'batch-7', threshold: 1}
+  - name: mine
+    severity: info
+    condition: lag_records
+    threshold: 1
+"""))
+    rule = rules.rule("lag_seconds_high")
+    assert rule.on_unknown == "alerting"
+    assert rule.effective("prod", "orders").on_unknown == "alerting"
+    assert rule.effective("prod", "batch-1").on_unknown == "ok"
+    # A later override that leaves it out keeps the earlier one's.
+    assert rule.effective("prod", "batch-7").on_unknown == "ok"
+    assert rule.overrides[1].on_unknown is None
+    assert rules.rule("mine").effective("prod", "x").on_unknown == "keep"
+    assert rules.rule("group_err").effective("prod", "x").on_unknown == "keep"
+
+
+def test_a_bad_on_unknown(tmp_path: Path) -> None:
+    message = error(tmp_path, "rules:\n  - {name: group_err, on_unknown: firing}\n")
+    assert message.endswith("rule 'group_err': field 'on_unknown': Input should be 'keep', "
+                            "'alerting' or 'ok'")
+    message = error(tmp_path, "rules:\n  - name: group_err\n    overrides:\n"
+                              "      - {cluster: dev, on_unknown: yes}\n")
+    assert "rule 'group_err': override 1: field 'on_unknown': Input should be" in message
+
+
+def test_delivery_intervals_and_the_heartbeat_from_a_file(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, """
+unknown_notice_after: 5m
+delivery_max_age: 1h
+retry_initial: 10s
+retry_max: 2m
+heartbeat: {channels: [slack, email], every: 1h}
+"""))
+    assert (rules.unknown_notice_after, rules.delivery_max_age, rules.retry_initial,
+            rules.retry_max) == (timedelta(minutes=5), timedelta(hours=1),
+                                 timedelta(seconds=10), timedelta(minutes=2))
+    assert rules.heartbeat is not None
+    assert (rules.heartbeat.channels, rules.heartbeat.every) == (["slack", "email"],
+                                                                 timedelta(hours=1))
+    assert [rules.retry_delay(n).total_seconds() for n in range(1, 7)] == [
+        10, 20, 40, 80, 120, 120]
+    assert rules.retry_delay(10**6) == timedelta(minutes=2)
+    assert rules.retry_delay(0) == timedelta(seconds=10)
+    # The longest intervals there are: the doublings stay capped at retry_max.
+    longest = load_rules(write(tmp_path, "retry_initial: 3650d\nretry_max: 3650d\n"
+                                         "delivery_max_age: 3650d\n"))
+    assert longest.retry_delay(100) == timedelta(days=3650)
+    # Not given: the built-in values.
+    only = load_rules(write(tmp_path, "retry_max: 1m\n"))
+    assert (only.retry_initial, only.retry_max, only.delivery_max_age, only.heartbeat) == (
+        timedelta(seconds=30), timedelta(minutes=1), timedelta(hours=4), None)
+    # Left empty, as a channels: or routes: left empty: the built-in values.
+    assert load_rules(write(tmp_path, "retry_max:\ndelivery_max_age:\nheartbeat:\n")) == \
+        builtin_rules()
+    # A heartbeat may name the file's own channels, which replace the built-in ones.
+    own = load_rules(write(tmp_path, "channels:\n  - {name: pager, kind: webhook, "
+                                     "connection: p}\nheartbeat: {channels: [pager], every: 1m}\n"))
+    assert own.heartbeat is not None and own.heartbeat.channels == ["pager"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("retry_initial: 0s\n", "field 'retry_initial': must be more than 0s"),
+    ("retry_initial: 1h\n", "field 'retry_max': 900s is below retry_initial (3600s)"),
+    ("retry_max: 10s\n", "field 'retry_max': 10s is below retry_initial (30s)"),
+    ("delivery_max_age: 10s\n", "field 'delivery_max_age': 10s is below retry_initial (30s): "
+                                "a failed notification would be given up before its first retry"),
+    ("unknown_notice_after: soon\n", "field 'unknown_notice_after': not a duration: 'soon'"),
+    ("heartbeat: {channels: [pager], every: 1h}\n",
+     "field 'heartbeat.channels': no channel 'pager' (channels: webhook, slack, email)"),
+    ("heartbeat: {channels: [], every: 1h}\n", "field 'heartbeat.channels': List should have "
+                                               "at least 1 item"),
+    ("heartbeat: {channels: [slack], every: 30s}\n",
+     "field 'heartbeat.every': must be at least 1m, not 30s"),
+    ("heartbeat: {channels: [slack]}\n", "field 'heartbeat.every': missing (required)"),
+    ("heartbeat: {channels: [slack], every: 1h, to: x}\n",
+     "field 'heartbeat.to': unknown field (allowed: channels, every)"),
+    ("heartbeat: every hour\n", "field 'heartbeat': Input should be a valid dictionary"),
+])
+def test_bad_delivery_intervals_and_heartbeats(tmp_path: Path, text: str, expected: str) -> None:
+    message = error(tmp_path, text)
+    assert message.startswith(f"rules file {tmp_path / 'rules.yaml'}: {expected}"), message
+
+
+def test_a_text_validates_as_a_file_does(tmp_path: Path) -> None:
+    text = "rules:\n  - {name: group_err, threshold: 2}\nretry_max: 5m\n"
+    assert load_rules_text(text, "stored rules") == load_rules(write(tmp_path, text))
+    assert load_rules_text("", "stored rules") == builtin_rules()
+    with pytest.raises(RulesError) as info:
+        load_rules_text("rules:\n  - {name: group_err, threshold: x}\n", "stored rules")
+    assert str(info.value) == "stored rules: rule 'group_err': field 'threshold': " \
+                              "must be a number, not 'x'"
+
+
+# --- numbers bounded, hostile documents: still one line naming the field -----------------
+
+
+BIG = "1" + "0" * 400  # 401 digits: float() of it overflows
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"rules:\n  - name: group_err\n    threshold: {BIG}\n",
+     "rule 'group_err': field 'threshold': must be between -1e15 and 1e15, not a number of "
+     "about 401 digits"),
+    (f"rules:\n  - name: group_err\n    threshold: -{BIG}\n",
+     "rule 'group_err': field 'threshold': must be between -1e15 and 1e15"),
+    ("rules:\n  - name: group_err\n    threshold: 1.0e+16\n",
+     "rule 'group_err': field 'threshold': must be between -1e15 and 1e15, not 1e+16"),
+    (f"rules:\n  - name: group_err\n    overrides:\n      - {{cluster: x, threshold: {BIG}}}\n",
+     "rule 'group_err': override 1: field 'threshold': must be between -1e15 and 1e15"),
+    (f"rules:\n  - name: group_err\n    for: {BIG}\n",
+     "rule 'group_err': field 'for': a duration is at most 10 years, not a number of about "
+     "401 digits"),
+    (f"rules:\n  - name: group_err\n    for: '{BIG}'\n",
+     "rule 'group_err': field 'for': a duration is at most 10 years, not '1000000000"),
+    (f"rules:\n  - name: group_err\n    for: {BIG}d\n",
+     "rule 'group_err': field 'for': a duration is at most 10 years"),
+    (f"rules:\n  - name: group_err\n    overrides:\n      - {{cluster: x, for: {BIG}}}\n",
+     "rule 'group_err': override 1: field 'for': a duration is at most 10 years"),
+    (f"repeat_interval: {BIG}\n", "field 'repeat_interval': a duration is at most 10 years"),
+    (f"retry_max: {BIG}\n", "field 'retry_max': a duration is at most 10 years"),
+    (f"heartbeat: {{channels: [slack], every: {BIG}}}\n",
+     "field 'heartbeat.every': a duration is at most 10 years"),
+    # A hex int has no digit limit in PyYAML: 20000 bits, more than repr() will print.
+    ("rules:\n  - name: group_err\n    threshold: 0x" + "f" * 5000 + "\n",
+     "rule 'group_err': field 'threshold': must be between -1e15 and 1e15, not a number of "
+     "about 6021 digits"),
+    ("rules:\n  - name: group_err\n    threshold: [1]\n",
+     "rule 'group_err': field 'threshold': must be a number, not [1]"),
+    ("rules:\n  - name: group_err\n    threshold: {a: 1}\n",
+     "rule 'group_err': field 'threshold': must be a number, not {'a': 1}"),
+    ("rules:\n  - name: group_err\n    threshold: 2024-01-01\n",
+     "rule 'group_err': field 'threshold': must be a number, not datetime.date(2024, 1, 1)"),
+    ("rules:\n  - name: group_err\n    for: [5m]\n",
+     "rule 'group_err': field 'for': not a duration: ['5m']"),
+    ("rules:\n  - name: group_err\n    enabled: [true]\n",
+     "rule 'group_err': field 'enabled': Input should be a valid boolean"),
+    ("rules:\n  - name: group_err\n    overrides: {cluster: x}\n",
+     "rule 'group_err': field 'overrides': Input should be a valid list"),
+    ("rules:\n  - group_err\n", "rule 1: Input should be a valid dictionary"),
+    (f"rules:\n  - name: group_err\n    {BIG}: 1\n",
+     "rule 'group_err': field '" + BIG[:57] + "...': Keys should be strings"),
+])
+def test_huge_numbers_and_odd_types(tmp_path: Path, text: str, expected: str) -> None:
+    message = error(tmp_path, text)
+    assert f"rules file {tmp_path / 'rules.yaml'}: {expected}" in message, message
+    assert len(message) - len(str(tmp_path)) < 250, message  # the value is quoted cut short
+
+
+def test_the_threshold_bound_is_inclusive(tmp_path: Path) -> None:
+    rules = load_rules(write(tmp_path, "rules:\n"
+                                       "  - {name: group_err, threshold: 1000000000000000}\n"
+                                       "  - {name: lag_records_high, threshold: -1.0e+15}\n"))
+    assert rules.rule("group_err").threshold == 1e15
+    assert rules.rule("lag_records_high").threshold == -1e15
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # Over Python's 4300-digit limit: PyYAML raises a bare ValueError of its own.
+    ("rules:\n  - name: group_err\n    threshold: 1" + "0" * 5000 + "\n",
+     "not valid YAML at line 3, column 16: cannot read '1000"),
+    ("rules:\n  - name: group_err\n    threshold: 2024-13-45\n",
+     "not valid YAML at line 3, column 16: cannot read '2024-13-45': month must be in 1..12"),
+    ("rules:\n  - name: group_err\n    threshold: " + "[" * 5000 + "]" * 5000 + "\n",
+     f"not valid YAML at line 3, column {16 + MAX_DEPTH - 3}: nested deeper than {MAX_DEPTH} "
+     "levels"),
+    ("a: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",
+     f"not valid YAML at line 1, column {4 + 4 * (MAX_DEPTH - 1)}: nested deeper than"),
+    ("x:\n" + "".join(" " * i + "- \n" for i in range(MAX_DEPTH + 5)),
+     f"not valid YAML at line {MAX_DEPTH + 1}"),
+])
+def test_documents_pyyaml_cannot_take_are_yaml_errors(tmp_path: Path, text: str,
+                                                      expected: str) -> None:
+    message = error(tmp_path, text)
+    assert message.startswith(f"rules file {tmp_path / 'rules.yaml'}: {expected}"), message
+    assert len(message) - len(str(tmp_path)) < 250, message
+    assert "set_int_max_str_digits" not in message
+
+
+def test_aliases_cannot_blow_a_message_up(tmp_path: Path) -> None:
+    # A billion laughs: 9**9 items if anything walked them in full; a cycle; a chain of 3000
+    # aliases, each one list deeper (the text is flat, the value is not).
+    laughs = "x0: &x0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"x{i}: &x{i} [{', '.join([f'*x{i - 1}'] * 9)}]\n" for i in range(1, 10))
+    message = error(tmp_path, laughs + "rules:\n  - name: group_err\n    threshold: *x9\n")
+    assert "rule 'group_err': field 'threshold': must be a number, not [[[...], [...], " in \
+        message
+    assert len(message) - len(str(tmp_path)) < 250, message
+    assert "rule 1: Input should be a valid dictionary" in error(tmp_path, laughs + "rules: *x9\n")
+    message = error(tmp_path, "rules:\n  - name: group_err\n    threshold: &c [*c]\n")
+    assert "field 'threshold': must be a number, not [[[...]]]" in message
+    chain = "z0: &z0 [1]\n" + "".join(f"z{i}: &z{i} [*z{i - 1}]\n" for i in range(1, 3000))
+    message = error(tmp_path, chain + "rules:\n  - name: group_err\n    threshold: *z2999\n")
+    assert "field 'threshold': must be a number, not [[[...]]]" in message
+
+
+def test_huge_ints_as_durations_do_not_overflow() -> None:
+    with pytest.raises(ValueError, match="at most 10 years"):
+        parse_duration(10**400)
+    with pytest.raises(ValueError, match="at most 10 years"):
+        parse_duration(math.inf)
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(math.nan)
+    assert parse_duration(3650 * 86400) == timedelta(days=3650)

@@ -32,10 +32,11 @@ from groupscope.serve.grafana.alerting import (
     group_interval,
     merge_policy,
     pg_regex,
+    skipped_rules,
     sql_literal,
     uid,
 )
-from groupscope.serve.rules import RuleSet, builtin_rules, load_rules
+from groupscope.serve.rules import SELF_CONDITIONS, RuleSet, builtin_rules, load_rules
 
 # The docs/alerts.md example, plus overrides that disable and change `for` and severity.
 CUSTOM = """
@@ -84,6 +85,14 @@ rules:
     threshold: 10
     overrides:
       - {group: "o'reilly\\\\d+", threshold: 5}
+  - name: task_failed
+    threshold: 1
+    overrides:
+      - {cluster: dev, on_unknown: ok}
+  - name: my_channel_watch
+    severity: warning
+    condition: channel_failing
+    threshold: 60
 """
 CLUSTERS = ["prod-eu", "staging", "dev"]
 GROUPS = ["", "payments-eu", "old-payments-eu", "batch-7", "orders", "o'reilly42", "o'reilly"]
@@ -160,14 +169,39 @@ def test_every_enabled_rule_is_exported_and_the_disabled_ones_are_not(custom: Ru
     for rules in (builtin_rules(), custom):
         names = {r.variant.rule.name for r in grafana_rules(rules)}
         enabled = {r.name for r in rules.rules
-                   if r.enabled or any(o.enabled for o in r.overrides)}
+                   if (r.enabled or any(o.enabled for o in r.overrides))
+                   and r.condition not in SELF_CONDITIONS}
         assert names == enabled
     assert "rebalance_storm" not in {r.variant.rule.name for r in grafana_rules(custom)}
     assert {"payments_lag_seconds", "quoted_group"} <= {
         r.variant.rule.name for r in grafana_rules(custom)}
     # The built-ins, one Grafana rule each (no overrides), uid from the name.
     assert sorted(r.uid for r in grafana_rules(builtin_rules())) == sorted(
-        f"groupscope-{r.name}" for r in builtin_rules().rules)
+        f"groupscope-{r.name}" for r in builtin_rules().rules
+        if r.condition not in SELF_CONDITIONS)
+
+
+def test_groupscope_s_watch_over_itself_is_not_exported(custom: RuleSet) -> None:
+    """analytics_stale, task_failed, channel_failing and rules_invalid judge groupscope's own
+    evaluation: serve.alert_conditions has no rows for them, so a Grafana rule would never
+    fire. They are left out, built-in or not, and said to be."""
+    watch = {"analytics_stale", "task_failed", "channel_failing", "rules_invalid"}
+    assert watch == SELF_CONDITIONS
+    for rules, skipped in ((builtin_rules(), watch), (custom, watch | {"my_channel_watch"})):
+        exported = grafana_rules(rules)
+        assert not {r.variant.rule.condition for r in exported} & watch
+        assert {r.variant.rule.name for r in exported} & skipped == set()
+        reasons = skipped_rules(rules)
+        assert set(reasons) == skipped
+        assert all("groupscope's own evaluation" in why for why in reasons.values())
+        sql = "\n".join(r.data[0]["model"]["rawSql"] for r in exported)
+        assert not any(f"'{condition}'" in sql for condition in watch)
+    # The other rules are all still there.
+    assert len(grafana_rules(builtin_rules())) == len(builtin_rules().rules) - len(watch)
+    group = file_provisioning(builtin_rules())["groups"][0]
+    assert not {r["labels"][RULE_LABEL] for r in group["rules"]} & watch
+    assert not {r["labels"][RULE_LABEL] for r in api_rules(custom)} & (
+        watch | {"my_channel_watch"})
 
 
 def test_switching_grafana_alerting_on_unpauses_every_rule(custom: RuleSet) -> None:
@@ -185,6 +219,8 @@ def test_overrides_are_honoured_subject_by_subject(custom: RuleSet) -> None:
     to it (none when an override disables it), with the values Rule.effective gives it."""
     exported = grafana_rules(custom)
     for rule in custom.rules:
+        if rule.condition in SELF_CONDITIONS:
+            continue  # not exported (test_groupscope_s_watch_over_itself_is_not_exported)
         mine = [r for r in exported if r.variant.rule.name == rule.name]
         for cluster in CLUSTERS:
             for group in GROUPS:

@@ -5,6 +5,25 @@ labels, a runbook line, and per-cluster and per-group overrides matched by regex
 file names the channels (Airflow connections) and routes notifications by severity and labels.
 docs/alerts.md is the file's reference.
 
+A rule's value for a subject can be **unknown** (no data, a partial snapshot, a value that
+cannot be computed); its ``on_unknown`` says what that means, as Grafana's NoData state does:
+``keep`` the incident's state (the default), treat the value as ``alerting``, or as ``ok``.
+
+The rule set also says how alerting keeps from failing silently: a subject whose value stays
+unknown for ``unknown_notice_after`` while its incident is open gets a notice of its own; a
+failing channel is retried after ``retry_initial * 2 ** (attempts - 1)``, at most
+``retry_max`` (``RuleSet.retry_delay``), and a notification still undelivered after
+``delivery_max_age`` is given up; ``heartbeat`` (off by default) sends "groupscope is alive"
+to its ``channels`` ``every`` so long. groupscope watches itself with cluster conditions of its
+own (``SELF_CONDITIONS``): analytics behind the snapshots, a failed task, a failing channel, an
+invalid rules file.
+
+Every number is bounded (a threshold within +-1e15, a duration within 10 years) and a file
+nests at most ``MAX_DEPTH`` levels, so a 400-digit number or a hostile document is a
+``RulesError`` like any other mistake, never an ``OverflowError`` or a ``RecursionError``.
+``load_rules_text`` validates a text, so that a stored copy of a file can be checked again
+(``groupscope.serve.rules_store`` keeps the last valid one).
+
 Every problem is one ``RulesError`` line naming the file, the rule and the field::
 
     rules file /etc/groupscope/rules.yaml: rule 'lag_seconds_high': field 'for': not a
@@ -18,6 +37,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,10 +76,19 @@ CONDITIONS: Mapping[str, str] = {
     "collector_stale": "snapshot intervals since the cluster's last complete snapshot",
     "snapshot_incomplete": "incomplete snapshots of the cluster in a row",
     "quality_gate_failed": "data-quality suites whose latest check failed",
+    "analytics_stale": "snapshot intervals the newest computed status rows are behind the "
+                       "newest loaded snapshot",
+    "task_failed": "1 while a groupscope task's latest try failed (per DAG and task)",
+    "channel_failing": "seconds an alert channel has been failing (its deliveries retried or "
+                       "given up)",
+    "rules_invalid": "1 while the rules file is invalid and the last valid rules are in use",
 }
+# groupscope's watch over its own evaluation and delivery (its own tasks, channels and rules).
+SELF_CONDITIONS = frozenset({"analytics_stale", "task_failed", "channel_failing",
+                             "rules_invalid"})
 # The kinds whose subject is the cluster: their group is '' (a group override never matches).
 CLUSTER_CONDITIONS = frozenset({"collector_stale", "snapshot_incomplete",
-                                "quality_gate_failed"})
+                                "quality_gate_failed"}) | SELF_CONDITIONS
 
 BUILTIN_SOURCE = "built-in rules"
 _NAME = re.compile(r"^[a-z0-9_-]+$")
@@ -68,6 +97,11 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?
 _SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 _MAX_DURATION_S = timedelta(days=3650).total_seconds()
 _DURATION_HINT = "(use 90s, 5m, 1h30m or seconds)"
+# Far above any lag or count, far below where a float stops counting whole units (2**53).
+MAX_THRESHOLD = 1e15
+# A rules file nests 6 levels (the document, rules, a rule, overrides, an override, its
+# labels); PyYAML composes nodes recursively, so a far deeper one ends in a RecursionError.
+MAX_DEPTH = 20
 
 
 class RulesError(ValueError):
@@ -75,39 +109,68 @@ class RulesError(ValueError):
     field."""
 
 
+class _Short(reprlib.Repr):
+    """A value as a message quotes it: cut short, so that a 400-digit number or a document of
+    aliases stays one readable line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxdict = 2, 4, 4
+        self.maxstring = self.maxother = 60
+        self.maxlong = 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() refuses an int of more than 4300 digits (sys.get_int_max_str_digits).
+        if x.bit_length() > 256:
+            return f"a number of about {math.floor(math.log10(abs(x))) + 1} digits"
+        return super().repr_int(x, level)
+
+
+_shown = _Short().repr
+
+
 # --- value types -------------------------------------------------------------------------
 
 
 def parse_duration(raw: Any) -> timedelta:
     """``90s``, ``5m``, ``1h30m``, ``4h``, ``2d``, or a number of seconds (``300``, ``1.5``)."""
+    seconds: float
     if isinstance(raw, timedelta):
         seconds = raw.total_seconds()
     elif isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise ValueError(f"not a duration: {raw!r} {_DURATION_HINT}")
+        raise ValueError(f"not a duration: {_shown(raw)} {_DURATION_HINT}")
     elif isinstance(raw, int | float):
-        seconds = float(raw)
+        seconds = raw  # compared below as it is: float() of a huge int overflows
     else:
         text = raw.strip()
         match = _DURATION.match(text) if text else None
         if _SECONDS.match(text):
-            seconds = float(text)
+            seconds = float(text)  # inf, not an error, when it has hundreds of digits
         elif match is not None and any(match.groups()):
             d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
             seconds = d * 86400 + h * 3600 + m * 60 + s
         else:
-            raise ValueError(f"not a duration: {raw!r} {_DURATION_HINT}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"not a duration: {raw!r} (a duration is 0 or more)")
+            raise ValueError(f"not a duration: {_shown(raw)} {_DURATION_HINT}")
+    if isinstance(seconds, float) and math.isnan(seconds):
+        raise ValueError(f"not a duration: {_shown(raw)} {_DURATION_HINT}")
+    if seconds < 0:
+        raise ValueError(f"not a duration: {_shown(raw)} (a duration is 0 or more)")
     if seconds > _MAX_DURATION_S:
-        raise ValueError(f"duration {raw!r} is above 10 years")
-    return timedelta(seconds=seconds)
+        raise ValueError(f"a duration is at most 10 years, not {_shown(raw)}")
+    return timedelta(seconds=float(seconds))
+
+
+def _seconds(value: timedelta) -> str:
+    return f"{value.total_seconds():g}s"
 
 
 def _threshold(raw: Any) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ValueError(f"must be a number, not {raw!r}")
-    if not math.isfinite(raw):
-        raise ValueError(f"must be a finite number, not {raw!r}")
+        raise ValueError(f"must be a number, not {_shown(raw)}")
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise ValueError(f"must be a finite number, not {_shown(raw)}")
+    if abs(raw) > MAX_THRESHOLD:  # before float(): an int of 400 digits overflows it
+        raise ValueError(f"must be between -1e15 and 1e15, not {_shown(raw)}")
     return float(raw)
 
 
@@ -117,7 +180,7 @@ def _regex(raw: Any) -> re.Pattern[str] | None:
     if isinstance(raw, re.Pattern):
         return raw
     if not isinstance(raw, str):
-        raise ValueError(f"a regex is a string, not {raw!r}")
+        raise ValueError(f"a regex is a string, not {_shown(raw)}")
     try:
         return re.compile(raw)
     except re.error as exc:
@@ -127,12 +190,15 @@ def _regex(raw: Any) -> re.Pattern[str] | None:
 Duration = Annotated[timedelta, PlainValidator(parse_duration)]
 Threshold = Annotated[float, PlainValidator(_threshold)]
 Regex = Annotated[re.Pattern[str] | None, PlainValidator(_regex)]
+# What an unknown value counts as (Grafana's NoData state): keep the incident's state, or
+# treat the value as above the threshold, or as below it.
+OnUnknown = Literal["keep", "alerting", "ok"]
 
 
 def _check_name(value: str, what: str) -> str:
     if not _NAME.match(value):
         raise ValueError(f"a {what} name is lower-case letters, digits, '_' and '-', "
-                         f"not {value!r}")
+                         f"not {_shown(value)}")
     return value
 
 
@@ -156,6 +222,7 @@ class Override(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     runbook: str | None = None
     enabled: bool | None = None
+    on_unknown: OnUnknown | None = None
 
     def matches(self, cluster: str, group: str) -> bool:
         return ((self.cluster is None or self.cluster.fullmatch(cluster) is not None)
@@ -174,6 +241,7 @@ class EffectiveRule:
     labels: Mapping[str, str]
     runbook: str
     enabled: bool
+    on_unknown: OnUnknown
 
 
 class Rule(_Strict):
@@ -185,6 +253,7 @@ class Rule(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     runbook: str = ""
     enabled: bool = True
+    on_unknown: OnUnknown = "keep"
     overrides: list[Override] = Field(default_factory=list)
 
     @field_validator("name")
@@ -209,6 +278,7 @@ class Rule(_Strict):
         """The rule with ``overrides`` applied in order, a later one winning field by field;
         labels merged (Grafana's export applies each combination of overrides with it)."""
         severity: Severity = self.severity
+        on_unknown: OnUnknown = self.on_unknown
         threshold, for_, runbook, enabled = self.threshold, self.for_, self.runbook, self.enabled
         labels = dict(self.labels)
         for override in overrides:
@@ -217,9 +287,10 @@ class Rule(_Strict):
             for_ = override.for_ if override.for_ is not None else for_
             runbook = override.runbook if override.runbook is not None else runbook
             enabled = override.enabled if override.enabled is not None else enabled
+            on_unknown = override.on_unknown if override.on_unknown is not None else on_unknown
             labels.update(override.labels)
         return EffectiveRule(self.name, severity, self.condition, threshold, for_, labels,
-                             runbook, enabled)
+                             runbook, enabled, on_unknown)
 
 
 # --- channels and routes -----------------------------------------------------------------
@@ -273,12 +344,41 @@ class Route(_Strict):
                 and all(labels.get(k) == v for k, v in self.labels.items()))
 
 
+class Heartbeat(_Strict):
+    """A "groupscope is alive" message to ``channels`` every ``every``: its absence tells the
+    receivers that alerting itself stopped."""
+
+    channels: list[str] = Field(min_length=1)
+    every: Duration
+
+    @field_validator("every")
+    @classmethod
+    def _every(cls, value: timedelta) -> timedelta:
+        # Evaluations run about once a minute: a shorter heartbeat could not be kept.
+        if value < timedelta(minutes=1):
+            raise ValueError(f"must be at least 1m, not {_seconds(value)}")
+        return value
+
+
 class RuleSet(_Strict):
     rules: list[Rule]
     channels: list[Channel]
     routes: list[Route] = Field(default_factory=list)
     repeat_interval: Duration = timedelta(hours=4)
     keep_firing_for: Duration = timedelta(minutes=2)
+    unknown_notice_after: Duration = timedelta(minutes=10)
+    delivery_max_age: Duration = timedelta(hours=4)
+    retry_initial: Duration = timedelta(seconds=30)
+    retry_max: Duration = timedelta(minutes=15)
+    heartbeat: Heartbeat | None = None
+
+    @field_validator("retry_initial")
+    @classmethod
+    def _retry_initial(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be more than 0s: a failing channel would be retried at "
+                             "every evaluation")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> RuleSet:
@@ -294,7 +394,28 @@ class RuleSet(_Strict):
             if unknown:
                 raise ValueError(f"route {index}: field 'channels': no channel {unknown[0]!r} "
                                  f"(channels: {', '.join(known) or 'none'})")
+        if self.heartbeat is not None:
+            unknown = [c for c in self.heartbeat.channels if c not in known]
+            if unknown:
+                raise ValueError(f"field 'heartbeat.channels': no channel {unknown[0]!r} "
+                                 f"(channels: {', '.join(known) or 'none'})")
+        if self.retry_initial > self.retry_max:
+            raise ValueError(f"field 'retry_max': {_seconds(self.retry_max)} is below "
+                             f"retry_initial ({_seconds(self.retry_initial)})")
+        if self.delivery_max_age < self.retry_initial:
+            raise ValueError(f"field 'delivery_max_age': {_seconds(self.delivery_max_age)} is "
+                             f"below retry_initial ({_seconds(self.retry_initial)}): a failed "
+                             "notification would be given up before its first retry")
         return self
+
+    def retry_delay(self, attempts: int) -> timedelta:
+        """How long a channel waits after its ``attempts``-th failed try in a row (1 or more):
+        ``retry_initial * 2 ** (attempts - 1)``, at most ``retry_max``."""
+        # In float seconds, the doublings capped: a timedelta overflows long before 2**64.
+        seconds = self.retry_initial.total_seconds() * 2.0 ** min(max(attempts - 1, 0), 64)
+        if seconds >= self.retry_max.total_seconds():
+            return self.retry_max
+        return timedelta(seconds=seconds)
 
     def rule(self, name: str) -> Rule:
         """The rule of that name (KeyError if none)."""
@@ -348,8 +469,41 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
                                  _construct_mapping)
 
 
+def _reported(construct: Any) -> Any:
+    """A PyYAML constructor whose ValueError (an int of more than 4300 digits, a date like
+    2024-13-45) is a YAML error at the value's line, not an exception of PyYAML's own."""
+    def constructor(loader: Any, node: Any) -> Any:
+        try:
+            return construct(loader, node)
+        except ValueError as exc:
+            reason = str(exc).split(";")[0]  # not the advice to raise Python's digit limit
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {_shown(node.value)}: {reason}",
+                node.start_mark) from None
+    return constructor
+
+
+for _tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:timestamp"):
+    _UniqueKeyLoader.add_constructor(_tag, _reported(yaml.SafeLoader.yaml_constructors[_tag]))
+
+
+def _check_depth(text: str) -> None:
+    """A YAMLError at the first collection nested deeper than ``MAX_DEPTH`` (PyYAML's parser
+    is not recursive; its composer is)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError(problem=f"nested deeper than {MAX_DEPTH} levels",
+                                           problem_mark=event.start_mark)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def _document(text: str, source: str) -> dict[str, Any]:
     try:
+        _check_depth(text)
         document = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -379,20 +533,41 @@ def builtin_rules() -> RuleSet:
     return _validate(document, BUILTIN_SOURCE, list(range(len(document.get("rules") or []))))
 
 
-def load_rules(path: Path | None) -> RuleSet:
-    """The built-in rules, then ``path``'s on top. A file rule named like a built-in replaces
-    it (the fields it leaves out keep the built-in's values); other file rules are added after
-    the built-ins. ``channels``, ``routes``, ``repeat_interval`` and ``keep_firing_for``, when
-    the file gives them, replace the built-in ones. An empty file: the built-ins alone."""
-    base = _document(_builtin_text(), BUILTIN_SOURCE)
-    if path is None:
-        return builtin_rules()
-    source = f"rules file {path}"
+# The rule set's own keys: a file that gives one replaces the built-in value.
+_RULESET_KEYS = ("channels", "routes", "repeat_interval", "keep_firing_for",
+                 "unknown_notice_after", "delivery_max_age", "retry_initial", "retry_max",
+                 "heartbeat")
+
+
+def rules_source(path: Path) -> str:
+    """How errors name a rules file: ``rules file PATH``."""
+    return f"rules file {path}"
+
+
+def read_rules_file(path: Path) -> str:
+    """The text of a rules file; a ``RulesError`` naming it when it cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise RulesError(f"{source}: cannot be read: {reason}") from None
+        raise RulesError(f"{rules_source(path)}: cannot be read: {reason}") from None
+
+
+def load_rules(path: Path | None) -> RuleSet:
+    """The built-in rules, then ``path``'s on top (``load_rules_text``). None: the built-ins."""
+    if path is None:
+        return builtin_rules()
+    return load_rules_text(read_rules_file(path), rules_source(path))
+
+
+def load_rules_text(text: str, source: str) -> RuleSet:
+    """The built-in rules, then those of ``text`` (a rules file's content) on top; ``source``
+    names the text in every error (``rules file PATH``). A file rule named like a built-in
+    replaces it (the fields it leaves out keep the built-in's values); other file rules are
+    added after the built-ins. The rule set's own keys (``channels``, ``routes``, the
+    intervals, ``heartbeat``), when the text gives them, replace the built-in ones. An empty
+    text: the built-ins alone."""
+    base = _document(_builtin_text(), BUILTIN_SOURCE)
     mine = _document(text, source)
 
     file_rules: list[Any] = list(mine.get("rules") or [])
@@ -416,7 +591,7 @@ def load_rules(path: Path | None) -> RuleSet:
             origin.append(index)
 
     merged: dict[str, Any] = {**mine, "rules": rules}
-    for key in ("channels", "routes", "repeat_interval", "keep_firing_for"):
+    for key in _RULESET_KEYS:
         if mine.get(key) is None:
             merged.pop(key, None)
             if key in base:
@@ -437,6 +612,14 @@ def _validate(document: Mapping[str, Any], source: str,
 _ITEMS: Mapping[str, tuple[str, type[BaseModel]]] = {
     "rules": ("rule", Rule), "channels": ("channel", Channel), "routes": ("route", Route),
     "overrides": ("override", Override)}
+
+
+def _field_name(part: Any) -> str:
+    """A field of an error's location as the message names it: a file's key may be anything,
+    a 400-digit number too."""
+    if isinstance(part, str):
+        return part if len(part) <= 60 else part[:57] + "..."
+    return _shown(part)
 
 
 def _describe(error: Any, document: Mapping[str, Any], origin: Sequence[int | None]) -> str:
@@ -460,7 +643,9 @@ def _describe(error: Any, document: Mapping[str, Any], origin: Sequence[int | No
         else:
             where.append(f"{kind} {loc[1] + 1}")
         container, loc = item, loc[2:]
-    fields = [str(part) for part in loc]
+    fields = [_field_name(part) for part in loc]
+    if loc[:1] == ["heartbeat"]:  # the one model nested outside the item lists
+        model = Heartbeat
     if fields:
         where.append(f"field {'.'.join(fields)!r}")
     kind_of_error = error.get("type", "")

@@ -18,6 +18,13 @@ the values ``Rule.effective`` gives it (the tests check this). Regexes are match
 ``Override.matches``, by PostgreSQL (``~ '^(?:regex)$'``); the constructs whose meaning differs
 between Python and PostgreSQL are refused.
 
+The rules of groupscope's watch over itself (``SELF_CONDITIONS``: analytics behind the
+snapshots, a failed task, a failing channel, an invalid rules file) are not exported
+(``skipped_rules`` says so): they judge groupscope's own evaluation and delivery, which Grafana
+cannot see, and ``serve.alert_conditions`` has no rows for them.
+
+A rule's ``on_unknown`` is groupscope's own: the Grafana rules keep ``noDataState: OK``.
+
 By default the rules are **paused** (``isPaused: true``): groupscope's own notifications (the
 Airflow channels) already notify, and the two must not both do it. ``enabled=True`` (the
 ``--grafana-alerting`` flag or ``GROUPSCOPE_GRAFANA_ALERTING=1``) unpauses them; then turn
@@ -45,7 +52,14 @@ from groupscope.serve.grafana import (
     FOLDER_TITLE,
     FOLDER_UID,
 )
-from groupscope.serve.rules import CLUSTER_CONDITIONS, CONDITIONS, Channel, Rule, RuleSet
+from groupscope.serve.rules import (
+    CLUSTER_CONDITIONS,
+    CONDITIONS,
+    SELF_CONDITIONS,
+    Channel,
+    Rule,
+    RuleSet,
+)
 
 ORG_ID = 1
 RULE_GROUP = "groupscope"
@@ -377,12 +391,24 @@ class GrafanaRule:
                 "orgID": ORG_ID, "keep_firing_for": duration(self.keep_firing_for)}
 
 
+def skipped_rules(rules: RuleSet) -> dict[str, str]:
+    """The rules the export leaves out, and why (rule name -> reason)."""
+    return {rule.name: f"{rule.condition} watches groupscope's own evaluation, which Grafana "
+                       "cannot see" for rule in rules.rules if rule.condition in SELF_CONDITIONS}
+
+
 def grafana_rules(rules: RuleSet, *, enabled: bool = False,
                   snapshot_every: timedelta = timedelta(seconds=60),
                   dashboard_base: str = EXTERNAL_URL) -> list[GrafanaRule]:
-    """Every Grafana rule of a rule set, paused unless ``enabled``."""
+    """Every Grafana rule of a rule set, paused unless ``enabled``; not the rules of
+    groupscope's watch over itself (``skipped_rules``)."""
     found: list[GrafanaRule] = []
     for rule in rules.rules:
+        # They watch groupscope's own evaluation (its analytics, tasks, deliveries and rules
+        # file), which Grafana cannot see: serve.alert_conditions has no rows for them, so a
+        # Grafana rule of theirs would never fire.
+        if rule.condition in SELF_CONDITIONS:
+            continue
         for variant in variants(rule):
             found.append(GrafanaRule(variant, _data(variant, snapshot_every), _labels(variant),
                                      _annotations(variant, dashboard_base), not enabled,
