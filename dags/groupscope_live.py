@@ -8,8 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset, dag
-from airflow.timetables.assets import AssetOrTimeSchedule
-from airflow.timetables.trigger import DeltaTriggerTimetable
 from groupscope_airflow import (
     SETTINGS,
     START,
@@ -18,6 +16,7 @@ from groupscope_airflow import (
     cluster_name,
     default_args,
     kafka_connection_ids,
+    live_marts_timeout,
 )
 from groupscope_alerting import evaluate_alerts
 
@@ -45,11 +44,14 @@ interval through the `{spark}` connection (a JVM start per run: tens of seconds)
 One run at a time; a run that finds nothing new writes nothing. `live_marts` returns (XCom)
 the cluster, the interval, the number of snapshots and the rows written per mart.
 
+`live_marts` may take at most {timeout} (a few snapshot intervals) and is not retried: the
+next snapshot's run is its retry, and the watermark makes it compute what this one missed.
+
 `evaluate_alerts` then checks the alert rules (`GROUPSCOPE_ALERT_RULES` on top of the built-in
-ones) against the newest marts and sends what the incidents owe through every channel that has
-its Airflow connection (docs/alerts.md). It runs even when `live_marts` failed: the collector
-and quality-gate rules do not need fresh marts. The DAG also runs every {every} without new
-snapshots, so that a collector that stopped landing them is noticed (`collector_stale`).
+ones) against the new marts and sends what the incidents owe (docs/alerts.md), so an alert
+goes out as soon as its snapshot's status is computed. When `live_marts` fails or hangs, the
+alerts DAG (`groupscope_alerts_{cluster}`, every snapshot interval) still evaluates: the
+collector rules, and `analytics_stale` about the marts themselves.
 """
 
 
@@ -59,33 +61,27 @@ def after_live_marts(cluster: str) -> list[Any]:
     return [evaluate_alerts(cluster)]
 
 
-def check_every() -> timedelta:
-    """How often the DAG also runs without new snapshots: when none land, the alert rules
-    still have to be checked (collector_stale is about exactly that)."""
-    return max(SETTINGS.snapshot_every, timedelta(minutes=1))
-
-
 def live_dag(conn_id: str) -> None:
     cluster = cluster_name(conn_id)
     loaded = Asset(name=f"groupscope_snapshots_{cluster}",
                    uri=snapshots_asset_uri(SETTINGS.landing, cluster))
 
     @dag(dag_id=f"groupscope_live_{cluster}",
-         schedule=AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(check_every()),
-                                      assets=[loaded]),
+         schedule=[loaded],
          start_date=START,
          catchup=False, max_active_runs=1, tags=[*TAGS, "live", cluster],
          params={"cluster": cluster},
-         default_args=default_args(timeout=timedelta(minutes=10)),
-         dagrun_timeout=timedelta(minutes=30),
-         doc_md=DOC.format(cluster=cluster, every=f"{check_every().total_seconds():g} s",
+         default_args=default_args(timeout=timedelta(minutes=2)),
+         dagrun_timeout=live_marts_timeout() + timedelta(minutes=3),
+         doc_md=DOC.format(cluster=cluster, timeout=f"{live_marts_timeout().total_seconds():g} s",
                            connect=SETTINGS.spark_connect_conn_id,
                            spark=SETTINGS.spark_conn_id))
     def live() -> None:
         marts = LiveMartsOperator(task_id="live_marts", cluster=cluster,
                                   landing=SETTINGS.landing,
                                   connect_conn_id=SETTINGS.spark_connect_conn_id,
-                                  conn_id=SETTINGS.spark_conn_id)
+                                  conn_id=SETTINGS.spark_conn_id,
+                                  execution_timeout=live_marts_timeout(), retries=0)
         downstream = after_live_marts(cluster)
         if downstream:
             marts >> downstream

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -39,10 +40,10 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, BaseNotifier
 
-from groupscope.settings import load_settings, reveal
+from groupscope.settings import load_settings
 
 WAREHOUSE_CONN_ID = "groupscope_warehouse"
-ALERTS_CONN_ID = "groupscope_alerts"
+_log = logging.getLogger(__name__)
 _KAFKA_PREFIX = "kafka_"
 
 
@@ -94,11 +95,11 @@ def warehouse_url(conn_id: str = WAREHOUSE_CONN_ID) -> str:
 
 
 class GroupscopeAlertNotifier(BaseNotifier):
-    """A failed task becomes an alert: the alert log always, the webhook when configured."""
-
-    def __init__(self, webhook_conn_id: str = ALERTS_CONN_ID) -> None:
-        super().__init__()
-        self.webhook_conn_id = webhook_conn_id
+    """A task that failed for good becomes the ``task_failed`` condition's evidence
+    (``ops.task_runs``), so its incident goes through the same rules, routes and channels as
+    every other alert (the next evaluation sends it); the alert log keeps a line too. When the
+    warehouse cannot be reached either, the log line is all this can do: the evaluation tells
+    the channels of the warehouse outage itself."""
 
     def notify(self, context: Any) -> None:
         from groupscope.serve.alerts import Alert, send
@@ -111,16 +112,33 @@ class GroupscopeAlertNotifier(BaseNotifier):
         cluster = (context.get("params") or {}).get("cluster")
         if cluster:
             labels["cluster"] = str(cluster)
+        now = datetime.now(UTC)
         send(Alert(severity="critical", title=f"{ti.dag_id}: task {ti.task_id} failed",
-                   text=reason, at=datetime.now(UTC), labels=labels),
-             webhook_url=self._webhook_url() or reveal(SETTINGS.alert_webhook_url),
-             log_path=SETTINGS.alert_log)
+                   text=reason, at=now, labels=labels), log_path=SETTINGS.alert_log)
+        _record_task_run(context, "failed", now, reason)
 
-    def _webhook_url(self) -> str | None:
-        try:
-            return BaseHook.get_connection(self.webhook_conn_id).password or None
-        except Exception:  # no such connection: the settings' webhook, or the log alone
-            return None
+
+class GroupscopeTaskRecovered(BaseNotifier):
+    """A task that succeeds after failing clears its ``task_failed`` incident (the evidence
+    that it works again)."""
+
+    def notify(self, context: Any) -> None:
+        _record_task_run(context, "success", datetime.now(UTC))
+
+
+def _record_task_run(context: Any, state: str, at: datetime, reason: str = "") -> None:
+    from groupscope import pipeline
+
+    ti = context["ti"]
+    cluster = (context.get("params") or {}).get("cluster")
+    if not cluster:
+        return
+    try:
+        pipeline.record_task_run(warehouse_url(), str(cluster), ti.dag_id, ti.task_id, state,
+                                 ti.run_id, getattr(ti, "try_number", None), at, reason)
+    except Exception as exc:  # a callback never raises; the warehouse outage is told apart
+        _log.warning("task %s.%s %s, not recorded in the warehouse: %s", ti.dag_id,
+                     ti.task_id, state, type(exc).__name__)
 
 
 class AnalyticsJobOperator(SparkSubmitOperator):
@@ -270,7 +288,20 @@ def default_args(timeout: timedelta) -> dict[str, Any]:
         "max_retry_delay": timedelta(minutes=10),
         "execution_timeout": timeout,
         "on_failure_callback": [GroupscopeAlertNotifier()],
+        "on_success_callback": [GroupscopeTaskRecovered()],
     }
+
+
+def alert_every() -> timedelta:
+    """The alerts DAG's cadence: the snapshot interval (no alert waits longer than one for a
+    stuck Spark job), but not below 15 s (each run is an Airflow task process)."""
+    return max(SETTINGS.snapshot_every, timedelta(seconds=15))
+
+
+def live_marts_timeout() -> timedelta:
+    """live_marts takes seconds per snapshot; three snapshot intervals (1 to 10 minutes) means
+    it hangs, and the next snapshot's run takes over."""
+    return min(max(3 * SETTINGS.snapshot_every, timedelta(minutes=1)), timedelta(minutes=10))
 
 
 class GroupscopePlugin(AirflowPlugin):

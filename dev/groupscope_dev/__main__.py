@@ -439,7 +439,7 @@ def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[st
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not stop():
         found = sorted(d for d in airflow.dag_ids() if d.startswith("groupscope_"))
-        if len(found) >= 4:  # snapshot, offsets, live and analytics
+        if len(found) >= 5:  # snapshot, offsets, live, alerts and analytics
             return found
         time.sleep(3)
     raise StackError("the groupscope DAGs were not parsed in time; see "

@@ -119,6 +119,14 @@ class SparkConnectServer:
                 self.process.wait(10)
         self.pid_file.unlink(missing_ok=True)
 
+    def send_signal(self, sig: int) -> None:
+        """Signals the server's process group: SIGSTOP freezes it as a hung server would be
+        (its port still accepts connections, nothing answers), SIGCONT resumes it."""
+        pid = self._pid()
+        if pid is None:
+            raise StackError("no Spark Connect server runs")
+        os.killpg(pid, sig)
+
     def _pid(self) -> int | None:
         if self.process is not None:
             return self.process.pid

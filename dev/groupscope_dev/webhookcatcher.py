@@ -2,7 +2,8 @@
 ``./run`` when no webhook URL is given, and the webhook and Slack receivers of the tests. Each
 notification is appended to ``webhook.log`` as a person reads it (the time it arrived and the
 text) and to ``webhook.jsonl`` as received. It can be stopped and started again on the same
-port, to play an endpoint that is down for a while."""
+port, to play an endpoint that is down for a while, or answer another status (``answer``) to
+play one that refuses (what it refuses is counted in ``refused``, not kept)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class WebhookCatcher:
     def __init__(self, folder: Path | None = None, port: int = 0) -> None:
         self.folder, self.port = folder, port or free_ports(1)[0]
         self.bodies: list[dict[str, Any]] = []
+        self.answer = 200
+        self.refused = 0
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
 
@@ -49,6 +52,12 @@ class WebhookCatcher:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     self.send_response(400)
+                    self.end_headers()
+                    return
+                if catcher.answer != 200:
+                    with catcher._lock:
+                        catcher.refused += 1
+                    self.send_response(catcher.answer)
                     self.end_headers()
                     return
                 catcher.keep(body if isinstance(body, dict) else {"body": body})

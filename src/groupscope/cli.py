@@ -452,7 +452,8 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     rules = _rules(args.rules or (str(settings.alert_rules) if settings.alert_rules else None))
-    channels, skipped = build_channels(rules, reveal(settings.alert_webhook_url))
+    built = build_channels(rules, reveal(settings.alert_webhook_url))
+    channels, skipped = built.channels, {**built.skipped, **built.unavailable}
     if args.channel not in channels:
         known = ", ".join(sorted(c.name for c in rules.channels))
         why = skipped.get(args.channel, f"no channel {args.channel!r} (known: {known})")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -363,6 +363,8 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
 def _warehouse(warehouse_url: str) -> Iterator[Any]:
     """A migrated engine for one stage (migrated once per process: a task's stages share
     it); an unreachable warehouse becomes ``StageFailed``."""
+    from sqlalchemy.exc import OperationalError
+
     from groupscope import warehouse
 
     engine = warehouse.engine_for(warehouse_url)
@@ -371,46 +373,300 @@ def _warehouse(warehouse_url: str) -> Iterator[Any]:
         yield engine
     except warehouse.WarehouseUnavailable as exc:
         raise StageFailed(f"{exc} (landed data is kept and loads later)") from None
+    except OperationalError as exc:  # the server went away mid-way (no password in it)
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        raise StageFailed(f"warehouse {engine.url.render_as_string(hide_password=True)} "
+                          f"is unreachable: {reason} (landed data is kept and loads later)"
+                          ) from None
     finally:
         engine.dispose()
 
 
 def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
-                    channels: Mapping[str, Channel], now: datetime, snapshot_every: timedelta,
-                    dashboard_url: str) -> dict[str, Any]:
+                    channels: Mapping[str, Channel], now: datetime | None,
+                    snapshot_every: timedelta, dashboard_url: str, *,
+                    unavailable: Mapping[str, str] | None = None,
+                    missing: Mapping[str, str] | None = None,
+                    rules_error: str | None = None, rules_source: str = "") -> dict[str, Any]:
     """Evaluates the alert rules over the cluster's newest marts (``groupscope.serve``),
-    keeps the incidents, then sends what they owe, per channel (one transaction per step,
-    serialised per cluster). Returns a summary: nothing in it is a secret.
+    keeps the incidents, then sends what they owe, per channel, and the heartbeat. Returns a
+    summary: nothing in it is a secret.
 
-    Delivery is at least once: a channel that fails, or a crash after a send but before its
-    outcome is recorded, leaves the delivery owed, and the next evaluation sends it."""
+    Evaluations of one cluster are serialised (a session advisory lock), and the time is taken
+    once the lock is held (``now`` None), never before the last evaluation's: overlapping runs
+    never judge back in time. The incidents and what they owe are one transaction; each
+    delivery outcome is then committed on its own, so a failure after channel A sent never
+    undoes A's "sent". Delivery is at least once: a crash between a send and its record
+    leaves it owed, and the receiver drops the repeat by its ``dedup_key``.
+
+    ``unavailable``: channels whose connection cannot be read right now (why): their
+    deliveries are owed and retried. ``missing``: channels whose connection is not defined
+    (why); one of them that was owed anything within ``delivery_max_age`` is taken as
+    unavailable too (Airflow reports a secrets backend that fails as "not defined"), so a
+    lookup that fails at the evaluation where a rule fires loses nothing. ``rules_error``: the
+    rules file is invalid and ``rules`` are the last valid ones (the ``rules_invalid``
+    condition says so)."""
+    from sqlalchemy import text
+
+    from groupscope import warehouse
     from groupscope.serve import conditions, incidents, notify
 
-    with _warehouse(warehouse_url) as engine:
-        with engine.begin() as conn:
-            incidents.lock(conn, cluster)
-            observed = conditions.observe(conn, cluster, {r.condition for r in rules.rules},
-                                          now, snapshot_every)
-            result = incidents.evaluate(rules, observed, incidents.open_incidents(conn, cluster),
-                                        now)
-            incidents.save(conn, result.incidents)
-            owed = incidents.owe(conn, result.notices, lambda i: [
-                c.name for c in rules.channels_for(i.severity, i.labels) if c.name in channels],
-                now)
-        with engine.begin() as conn:
-            incidents.lock(conn, cluster)
-            outcome = notify.deliver(
-                incidents.undelivered(conn, cluster), channels, dashboard_url,
-                lambda items, error: incidents.record_delivery(conn, items, now, error))
-            open_now = incidents.open_incidents(conn, cluster)
-    summary = {"cluster": cluster, "observations": len(observed),
+    unavailable = dict(unavailable or {})
+    key = {"key": f"groupscope-alerts:{cluster}"}
+    with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
+        conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"), key)
+        conn.commit()
+        try:
+            with conn.begin():
+                last = conn.execute(text(
+                    "SELECT max(evaluated_at) FROM ops.alert_incidents WHERE cluster = :c"),
+                    {"c": cluster}).scalar_one()
+                now = max(now or datetime.now(UTC), last or datetime.min.replace(tzinfo=UTC))
+                recent = set(conn.execute(text(
+                    "SELECT DISTINCT d.channel FROM ops.alert_deliveries d JOIN"
+                    " ops.alert_incidents i USING (incident_id) WHERE i.cluster = :c"
+                    " AND d.created_at > :since"),
+                    {"c": cluster, "since": now - rules.delivery_max_age}).scalars())
+                unavailable.update({name: f"channel {name}: {why} (it was used before: "
+                                    "taken as a lookup failure, retried)"
+                                    for name, why in (missing or {}).items() if name in recent})
+                usable = set(channels) | set(unavailable)
+                current = incidents.open_incidents(conn, cluster)
+                me = conditions.SelfState(rules_error, rules_source,
+                                          tuple(c.name for c in rules.channels))
+                observed = conditions.observe(
+                    conn, cluster, {r.condition for r in rules.rules}, now, snapshot_every,
+                    stale_intervals=_stale_intervals(rules, cluster),
+                    open_groups={i.group_id for i in current if i.group_id}, me=me)
+                result = incidents.evaluate(rules, observed, current, now)
+                incidents.save(conn, result.incidents)
+                owed = incidents.owe(conn, result.notices, lambda i: [
+                    c.name for c in rules.channels_for(i.severity, i.labels)
+                    if c.name in usable and not _about_channel(i, c.name)], now)
+            with conn.begin():
+                pending = incidents.undelivered(conn, cluster)
+            outcome = notify.deliver(pending, channels, dashboard_url, _DeliveryLog(conn, now),
+                                     now, rules, unavailable)
+            beats = _heartbeat(conn, rules, channels, cluster, now, dashboard_url)
+            with conn.begin():
+                open_now = incidents.open_incidents(conn, cluster)
+        finally:
+            conn.rollback()
+            conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"), key)
+            conn.commit()
+    summary = {"cluster": cluster, "evaluated_at": now.isoformat(),
+               "observations": len(observed),
+               "unknown": sum(o.unknown is not None for o in observed),
                "changed": len(result.incidents),
                "notifications": [f"{n.notification} {n.incident.rule} "
-                                 f"{n.incident.group_id or cluster}" for n in result.notices],
-               "deliveries_owed": owed, "deliveries": outcome,
+                                 f"{n.incident.group_id or n.incident.topic or cluster}"
+                                 for n in result.notices],
+               "deliveries_owed": owed, "deliveries": outcome, "heartbeat": beats,
                "firing": sum(i.state == "firing" for i in open_now),
                "pending": sum(i.state == "pending" for i in open_now)}
     for name, error in outcome.items():
-        if not error.startswith("sent"):
+        if not error.startswith(("sent", "backing off", "dropped")):
             log.warning("alert channel %s: %s", name, error)
     return summary
+
+
+def _stale_intervals(rules: RuleSet, cluster: str) -> float:
+    """How far behind (snapshot intervals) the analytics may be before group values are
+    unknown: the ``analytics_stale`` rule's threshold for the cluster (none: never)."""
+    import math
+
+    found = [r.effective(cluster, "") for r in rules.rules if r.condition == "analytics_stale"]
+    return min((r.threshold for r in found if r.enabled), default=math.inf)
+
+
+def _about_channel(incident: Any, channel: str) -> bool:
+    """A channel's own failure is not sent to it: the other channels say it."""
+    return bool(incident.details.get("condition") == "channel_failing"
+                and incident.topic == channel)
+
+
+class _DeliveryLog:
+    """``notify.DeliveryLog`` over one connection: each outcome its own transaction."""
+
+    def __init__(self, conn: Any, now: datetime) -> None:
+        self.conn, self.now = conn, now
+
+    def sent(self, items: list[Any]) -> None:
+        from groupscope.serve import incidents
+
+        with self.conn.begin():
+            incidents.record_delivery(self.conn, items, self.now, None)
+
+    def failed(self, items: list[Any], error: str, retry_at: datetime) -> None:
+        from groupscope.serve import incidents
+
+        with self.conn.begin():
+            incidents.record_delivery(self.conn, items, self.now, error, retry_at)
+
+    def given_up(self, items: list[Any], why: str) -> None:
+        from groupscope.serve import incidents
+
+        with self.conn.begin():
+            incidents.give_up(self.conn, items, self.now, why)
+
+    def dropped(self, items: list[Any], why: str) -> None:
+        from groupscope.serve import incidents
+
+        with self.conn.begin():
+            incidents.drop(self.conn, items, self.now, why)
+
+
+def _heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], cluster: str,
+               now: datetime, dashboard_url: str) -> dict[str, str]:
+    """"groupscope is alive" to the rules' heartbeat channels, at most every ``every``: an
+    outside system that stops hearing it knows groupscope itself is down (Alertmanager's
+    Watchdog). A failed heartbeat is tried again at the next evaluation, never owed."""
+    from sqlalchemy import text
+
+    from groupscope.serve import incidents, notify
+
+    beat = rules.heartbeat
+    if beat is None:
+        return {}
+    with conn.begin():
+        last = {r.channel: r.sent_at for r in conn.execute(text(
+            "SELECT channel, sent_at FROM ops.alert_heartbeats WHERE cluster = :c"),
+            {"c": cluster})}
+        firing = [i for i in incidents.open_incidents(conn, cluster) if i.state == "firing"]
+    outcome: dict[str, str] = {}
+    for name in beat.channels:
+        channel = channels.get(name)
+        sent_at = last.get(name)
+        if channel is None or (sent_at is not None and now - sent_at < beat.every):
+            continue
+        message = notify.heartbeat(cluster, now, beat.every, firing, dashboard_url)
+        error = notify.send_one(channel, message)
+        with conn.begin():
+            conn.execute(text(
+                "INSERT INTO ops.alert_heartbeats (cluster, channel, sent_at, attempted_at, error)"
+                " VALUES (:c, :ch, :sent, :now, :error) ON CONFLICT (cluster, channel) DO UPDATE"
+                " SET sent_at = coalesce(excluded.sent_at, ops.alert_heartbeats.sent_at),"
+                " attempted_at = excluded.attempted_at, error = excluded.error"),
+                {"c": cluster, "ch": name, "sent": now if error is None else None, "now": now,
+                 "error": error})
+        outcome[name] = "sent" if error is None else error
+    return outcome
+
+
+def alert_rules(warehouse_url: str, path: Path | None, now: datetime) -> Any:
+    """The rules to evaluate with (``serve.rules_store.RulesInUse``): the file's when it is
+    valid (kept in the warehouse as the last valid), else the last valid ones with the file's
+    error, which the ``rules_invalid`` condition turns into an incident. Never fails on a bad
+    file: a bad file must not stop alerting."""
+    from groupscope import warehouse
+    from groupscope.serve import rules_store
+
+    with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
+        return rules_store.rules_in_use(conn, path, now)
+
+
+def record_task_run(warehouse_url: str, cluster: str, dag_id: str, task_id: str, state: str,
+                    run_id: str, try_number: int | None, at: datetime, reason: str = "") -> None:
+    """Keeps a groupscope task's latest outcome (``ops.task_runs``): a failure is the
+    ``task_failed`` condition's evidence, the task's next success the evidence that clears it.
+    A success of a task that never failed writes nothing."""
+    from sqlalchemy import text
+
+    from groupscope import warehouse
+
+    with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
+        params = {"c": cluster, "d": dag_id, "t": task_id, "s": state, "r": run_id,
+                  "n": try_number, "at": at, "why": reason[:4000]}
+        if state == "success":
+            conn.execute(text(
+                "UPDATE ops.task_runs SET state = 'success', run_id = :r, try_number = :n,"
+                " at = :at, failed_since = NULL, reason = '' WHERE cluster = :c"
+                " AND dag_id = :d AND task_id = :t AND state = 'failed' AND at <= :at"), params)
+            return
+        conn.execute(text(
+            "INSERT INTO ops.task_runs (cluster, dag_id, task_id, state, run_id, try_number, at,"
+            " failed_since, reason) VALUES (:c, :d, :t, 'failed', :r, :n, :at, :at, :why)"
+            " ON CONFLICT (cluster, dag_id, task_id) DO UPDATE SET state = 'failed',"
+            " run_id = excluded.run_id, try_number = excluded.try_number, at = excluded.at,"
+            " reason = excluded.reason, failed_since = CASE WHEN ops.task_runs.state = 'failed'"
+            " THEN ops.task_runs.failed_since ELSE excluded.at END"), params)
+
+
+def warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
+                     now: datetime, error: str | None) -> dict[str, str]:
+    """What the channels hear about the warehouse itself, which the incidents cannot say (they
+    live there): ``error`` set, the evaluation could not reach it: each channel gets one
+    "[FIRING] ... cannot reach its warehouse" per outage; ``error`` None, it is reachable: the
+    channels that were told get one "[RESOLVED]". The outage's state is a small file per
+    cluster under ``state_dir`` (the alert log's folder). Returns the outcome per channel."""
+    import json
+
+    from groupscope.serve import notify
+
+    state_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.json"
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = None
+    if error is None and state is None:
+        return {}
+    state = state or {"since": now.isoformat(), "told": []}
+    message = notify.warehouse_message(cluster, error, datetime.fromisoformat(state["since"]),
+                                       now)
+    outcome: dict[str, str] = {}
+    told = set(state["told"])
+    for name, channel in sorted(channels.items()):
+        if (name in told) == (error is not None):
+            continue  # told of this outage already, or never told of it
+        failure = notify.send_one(channel, message)
+        outcome[name] = "sent" if failure is None else failure
+        if failure is None:
+            (told.add if error is not None else told.discard)(name)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if error is None and not told:
+        state_file.unlink(missing_ok=True)
+    else:
+        state["told"] = sorted(told)
+        state_file.write_text(json.dumps(state), encoding="utf-8")
+    return outcome
+
+
+def _file_safe(name: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
+def alert_cycle(warehouse_url: Callable[[], str], cluster: str, rules_path: Path | None,
+                build_channels: Callable[[RuleSet], Any], snapshot_every: timedelta,
+                dashboard_url: str, outage_dir: Path,
+                now: datetime | None = None) -> dict[str, Any]:
+    """One evaluation as the alert task runs it: the rules in use (``alert_rules``), their
+    channels (``build_channels(rules)``: an object with ``channels``, ``skipped`` and
+    ``unavailable``, as ``serve.airflow_channels.build_channels`` returns), the end of a
+    warehouse outage told, then ``evaluate_alerts``. When the warehouse cannot be reached, every
+    channel is told (once per outage, ``warehouse_outage``) and ``StageFailed`` is raised.
+    ``now`` None: the evaluation takes the time once it holds the cluster's lock."""
+    from groupscope.serve.rules import RulesError, builtin_rules, load_rules
+
+    started = now or datetime.now(UTC)
+    try:
+        url = warehouse_url()
+        in_use = alert_rules(url, rules_path, started)
+        built = build_channels(in_use.rules)
+        warehouse_outage(built.channels, cluster, outage_dir, started, None)
+        for name, why in sorted(built.skipped.items()):
+            log.info("alert channel %s is not used: %s", name, why)
+        return evaluate_alerts(url, cluster, in_use.rules, built.channels, now, snapshot_every,
+                               dashboard_url, unavailable=built.unavailable,
+                               missing=built.skipped, rules_error=in_use.error,
+                               rules_source=in_use.source)
+    except StageFailed as exc:
+        try:
+            rules = load_rules(rules_path)
+        except RulesError:
+            rules = builtin_rules()
+        told = warehouse_outage(build_channels(rules).channels, cluster, outage_dir, started,
+                                str(exc))
+        log.error("the warehouse cannot be reached; channels told: %s", told or "already")
+        raise

@@ -157,7 +157,8 @@ def test_alerts_end_to_end(broker: Any, postgres: Any, warehouse_engine: Any, sp
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(RULES)
     rules = load_rules(rules_file)
-    channels, skipped = build_channels(rules)
+    built = build_channels(rules)
+    channels, skipped = built.channels, built.skipped
     assert sorted(channels) == ["email", "slack", "webhook"], skipped
     receivers = {"webhook": webhook, "slack": slack, "email": mail}
 

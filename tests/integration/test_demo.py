@@ -193,7 +193,7 @@ def test_the_compressed_timeline_fires_and_resolves_the_scripted_stop_only(
     rules_file.write_text(demo_rules(SCALE, floor_s=20))  # passes take about 10 s
     rules = load_rules(rules_file)
     assert rules.keep_firing_for.total_seconds() == 30
-    channels, _ = build_channels(rules, fallback_webhook_url=webhook.url)  # as the live DAG
+    channels = build_channels(rules, fallback_webhook_url=webhook.url).channels  # as the live DAG
     assert sorted(channels) == ["email", "webhook"]  # Slack has no connection here
     loop = Loop(CLUSTER, kafka.bootstrap, postgres.url, tmp_path / "landing", spark, channels,
                 rules)

@@ -251,7 +251,6 @@ def test_airflow_has_the_connections_the_code_uses(services: dict[str, Any]) -> 
     rules = yaml.safe_load((ROOT / "src/groupscope/serve/default_rules.yaml").read_text())
     wanted = {
         ids["WAREHOUSE_CONN_ID"]: "postgres",
-        ids["ALERTS_CONN_ID"]: None,  # optional: from .env
         Settings.model_fields["spark_conn_id"].default: "spark",
         Settings.model_fields["spark_connect_conn_id"].default: "spark_connect",
         **{c["connection"]: None for c in rules["channels"]},

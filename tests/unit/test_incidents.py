@@ -3,6 +3,7 @@ the warehouse store and real channels are in tests/integration/test_alerting.py)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from groupscope.serve.channels import ChannelError, Message
-from groupscope.serve.conditions import Observation
+from groupscope.serve.conditions import Observation, unknown
 from groupscope.serve.incidents import FIRING, PENDING, RESOLVED, Incident, Undelivered, evaluate
 from groupscope.serve.notify import deliver, duration, messages
 from groupscope.serve.rules import load_rules
@@ -169,33 +170,163 @@ def test_twenty_groups_make_one_grouped_message_per_kind() -> None:
     assert len(batches[0][0].payload()["incidents"]) == 20
 
 
-def test_a_failing_channel_does_not_hold_up_the_others() -> None:
+class Log:
+    """The delivery log as the warehouse keeps it (notify.DeliveryLog), in memory."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str | None]] = []  # channel, notification, state
+
+    def sent(self, items: list[Undelivered]) -> None:
+        self.rows += [(i.channel, i.notification, "sent", None) for i in items]
+
+    def failed(self, items: list[Undelivered], error: str, retry_at: datetime) -> None:
+        self.rows += [(i.channel, i.notification, "failed", error) for i in items]
+        self.retry_at = retry_at
+
+    def given_up(self, items: list[Undelivered], why: str) -> None:
+        self.rows += [(i.channel, i.notification, "given_up", why) for i in items]
+
+    def dropped(self, items: list[Undelivered], why: str) -> None:
+        self.rows += [(i.channel, i.notification, "dropped", why) for i in items]
+
+
+class Good:
+    def __init__(self, name: str, sent: list[tuple[str, Message]]) -> None:
+        self.name, self.sent = name, sent
+
+    def send(self, message: Message) -> None:
+        self.sent.append((self.name, message))
+
+
+class Down:
+    name = "slack"
+
+    def send(self, message: Message) -> None:
+        raise ChannelError("channel slack: Slack webhook failed: connection refused")
+
+
+CHANNELS = ("channels:\n  - {name: webhook, kind: webhook, connection: a}\n"
+            "  - {name: slack, kind: slack, connection: b}\n"
+            "  - {name: email, kind: email, connection: c}\n")
+
+
+def delivery_rules(tmp_path: Path, extra: str = "") -> Any:
+    return rules(tmp_path, CHANNELS + extra)
+
+
+def test_a_failing_channel_does_not_hold_up_the_others(tmp_path: Path) -> None:
     sent: list[tuple[str, Message]] = []
-    recorded: list[tuple[str, str | None]] = []
-
-    class Good:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def send(self, message: Message) -> None:
-            sent.append((self.name, message))
-
-    class Down:
-        name = "slack"
-
-        def send(self, message: Message) -> None:
-            raise ChannelError("channel slack: Slack webhook failed: connection refused")
-
-    owed = [Undelivered(u.incident, u.notification, channel, 0)
+    log = Log()
+    owed = [Undelivered(u.incident, u.notification, channel, 0, T0)
             for u in _owed("firing", "a", "b") for channel in ("webhook", "slack", "email")]
-    outcome = deliver(owed, {"webhook": Good("webhook"), "slack": Down(),
-                             "email": Good("email")}, "http://g",
-                      lambda items, error: recorded.extend((i.channel, error) for i in items))
+    outcome = deliver(owed, {"webhook": Good("webhook", sent), "slack": Down(),
+                             "email": Good("email", sent)}, "http://g", log, T0,
+                      delivery_rules(tmp_path))
     assert [name for name, _ in sent] == ["webhook", "email"]
     assert outcome["webhook"] == "sent 2" and outcome["email"] == "sent 2"
     assert "connection refused" in outcome["slack"]
-    assert sorted(recorded) == sorted([("webhook", None)] * 2 + [("email", None)] * 2
-                                      + [("slack", outcome["slack"])] * 2)
+    assert sorted((c, state) for c, _, state, _ in log.rows) == sorted(
+        [("webhook", "sent")] * 2 + [("email", "sent")] * 2 + [("slack", "failed")] * 2)
+    # First failure: retried after the policy's initial 30 s.
+    assert log.retry_at == T0 + timedelta(seconds=30)
+
+
+def test_a_channel_in_backoff_is_not_tried_and_a_new_resolved_does_not_overtake(
+        tmp_path: Path) -> None:
+    sent: list[tuple[str, Message]] = []
+    log = Log()
+    [firing] = [Undelivered(u.incident, u.notification, "webhook", 1, T0,
+                            T0 + timedelta(seconds=30), "HTTP 500") for u in _owed("firing", "a")]
+    [resolved] = [Undelivered(u.incident, u.notification, "webhook", 0, T0)
+                  for u in _owed("resolved", "b", resolved=True)]
+    ruleset = delivery_rules(tmp_path)
+    outcome = deliver([firing, resolved], {"webhook": Good("webhook", sent)}, "http://g", log,
+                      T0 + timedelta(seconds=10), ruleset)
+    assert sent == [] and log.rows == []
+    assert outcome["webhook"].startswith("backing off until 12:00:30Z")
+    # Once due, both go, the firing first.
+    deliver([firing, resolved], {"webhook": Good("webhook", sent)}, "http://g", log,
+            T0 + timedelta(seconds=31), ruleset)
+    assert [m.kind for _, m in sent] == ["firing", "resolved"]
+
+
+def test_a_resolution_owed_with_its_firing_is_one_message_saying_both() -> None:
+    incident = _owed("firing", "a")[0].incident
+    over = replace(incident, state=RESOLVED, resolved_at=T0 + timedelta(minutes=3))
+    owed = [Undelivered(incident, "firing", "webhook", 3, T0),
+            Undelivered(over, "resolved", "webhook", 0, T0)]
+    batches = messages(owed, "http://g")
+    assert len(batches) == 1
+    message, items = batches[0]
+    assert message.kind == "resolved" and {i.notification for i in items} == {"firing",
+                                                                             "resolved"}
+    assert message.text.startswith("[RESOLVED] cluster prod, group a: STOPPED is over")
+    assert "this message is both" in message.text
+    assert message.payload()["dedup_key"] == f"{incident.incident_id}:resolved"
+
+
+def test_old_deliveries_are_given_up_and_removed_channels_dropped(tmp_path: Path) -> None:
+    sent: list[tuple[str, Message]] = []
+    log = Log()
+    old = [Undelivered(u.incident, u.notification, "webhook", 9, T0 - timedelta(hours=2),
+                       T0 - timedelta(minutes=1), "HTTP 503") for u in _owed("firing", "a")]
+    gone = [Undelivered(u.incident, u.notification, "pager", 2, T0) for u in _owed("firing", "b")]
+    outcome = deliver([*old, *gone], {"webhook": Good("webhook", sent)}, "http://g", log, T0,
+                      delivery_rules(tmp_path, "delivery_max_age: 1h\n"))
+    assert sent == []
+    assert sorted((c, s) for c, _, s, _ in log.rows) == [("pager", "dropped"),
+                                                          ("webhook", "given_up")]
+    assert "last error: HTTP 503" in next(w for c, _, _, w in log.rows if c == "webhook")
+    assert outcome["pager"].startswith("dropped 1")
+
+
+def test_a_connection_that_cannot_be_read_is_a_retry_not_a_missing_channel(
+        tmp_path: Path) -> None:
+    log = Log()
+    owed = [Undelivered(u.incident, u.notification, "slack", 0, T0) for u in _owed("firing", "a")]
+    outcome = deliver(owed, {}, "http://g", log, T0, delivery_rules(tmp_path),
+                      unavailable={"slack": "connection groupscope_slack cannot be read now"})
+    assert [(c, s) for c, _, s, _ in log.rows] == [("slack", "failed")]
+    assert "cannot be read" in outcome["slack"]
+
+
+def on_unknown_rules(tmp_path: Path, mode: str = "keep") -> Any:
+    return rules(tmp_path, "keep_firing_for: 60s\nunknown_notice_after: 5m\nrules:\n"
+                           f"  - name: group_err\n    on_unknown: {mode}\n")
+
+
+def test_unknown_keeps_a_firing_incident_and_says_so_once(tmp_path: Path) -> None:
+    run = Run(on_unknown_rules(tmp_path))
+    assert run.at(0, err("payments", 12)) == ["firing group_err payments"]
+    partial = unknown("group_status_err", "prod", "payments",
+                      "missing from the partial snapshot of 12:01 (COORDINATOR_NOT_AVAILABLE)")
+    # Unknown for 10 minutes: neither resolved (no evidence) nor repeated; one notice at 5 m.
+    notices = [n for t in range(60, 660, 60) for n in run.at(t, partial)]
+    assert notices == ["unknown group_err payments"]
+    assert run.state() == FIRING
+    held = next(iter(run.open.values()))
+    assert "COORDINATOR_NOT_AVAILABLE" in held.details["unknown_why"]
+    # Evidence that it cleared resolves it at once (it last held 11 minutes ago).
+    assert run.at(700, err("payments", 0)) == ["resolved group_err payments"]
+
+
+def test_unknown_never_starts_nor_advances_an_incident(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, "rules:\n  - name: group_err\n    for: 2m\n"))
+    assert run.at(0, err("payments", 12)) == [] and run.state() == PENDING
+    gap = unknown("group_status_err", "prod", "payments", "the analytics are stale")
+    assert run.at(300, gap) == [] and run.state() == PENDING
+    assert run.at(330, gap, unknown("group_status_err", "prod", "orders", "no data")) == []
+    assert [i.group_id for i in run.open.values()] == ["payments"]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("ok", ["resolved group_err payments"]), ("alerting", [])])
+def test_unknown_as_ok_or_as_alerting(tmp_path: Path, mode: str, expected: list[str]) -> None:
+    run = Run(on_unknown_rules(tmp_path, mode))
+    run.at(0, err("payments", 12))
+    gap = unknown("group_status_err", "prod", "payments", "no data")
+    assert [n for t in (30, 90) for n in run.at(t, gap)] == expected
+    assert run.state() == (None if mode == "ok" else FIRING)
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

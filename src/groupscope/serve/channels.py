@@ -1,19 +1,94 @@
 """Where alert notifications go. A channel takes one ``Message`` and delivers it, or raises
 ``ChannelError`` with a reason that holds no secret. The webhook channel is here; the Slack
 and e-mail channels go through Airflow's notifiers (``groupscope.serve.airflow_channels``).
+
+Safety, for every channel:
+
+- A webhook URL is a secret, and so is each part of it (a Slack webhook's secret is its
+  path). Every reason taken from an exception goes through ``scrub``, which takes out the
+  URL, its parts and any other URL, so no error, log line or XCom holds one.
+- Slack reads ``&``, ``<`` and ``>`` as markup (``<!channel>`` pings everyone), so text bound
+  for Slack is escaped with ``slack_escape``. The webhook's JSON is documented as
+  Slack-compatible ``{"text": ...}``, so its ``text`` is escaped the same way, and a receiver
+  that shows it as is reads ``&amp;`` for ``&``; the structured fields (``incidents``, and a
+  single incident's fields at the top level) stay raw, for receivers that read the data.
+- The webhook POST follows only 307 and 308 redirects (at most ``MAX_REDIRECTS``), which keep
+  the POST and its body; urllib would turn a 301, 302 or 303 into a GET without the body and
+  count it as sent, so those are refused and the channel needs the final URL.
+- TLS certificates are always verified.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
+import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
+from urllib.parse import quote, unquote, urlsplit
+
+MAX_REDIRECTS = 3
+REDACTED = "<redacted>"
+# Shorter pieces ("/", "api", a port) are too common to take out of a text, and too short to
+# be a secret's worth on their own.
+MIN_SECRET_PART = 4
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+# Where a secret's text splits into pieces that an error may quote on their own: the
+# separators of the netloc (user, password, host, port), of the path and the query, quotes,
+# and whitespace or control characters (an error may quote a path with its control character
+# escaped by repr(): the pieces either side are found all the same).
+_SEPARATORS = re.compile(r"[:@/?&=#;,'\"\\\s\x00-\x1f\x7f]+")
 
 
 class ChannelError(RuntimeError):
     """A delivery failed; the message is safe to record and show (no URL, no password)."""
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` without any of the secrets, any of their parts of ``MIN_SECRET_PART`` or more
+    characters (for a URL: its netloc, host, port, user, password, path, path segments,
+    query, query values and fragment; each also percent-encoded and decoded), and without any
+    URL at all. Case-insensitive: hosts are case-insensitive."""
+    parts = sorted({p for s in secrets if s for p in _secret_parts(s)}, key=len, reverse=True)
+    if parts:  # the longest first, so a URL goes whole before its parts are looked for
+        text = re.sub("|".join(map(re.escape, parts)), REDACTED, text, flags=re.IGNORECASE)
+    return _URL.sub("<url>", text)
+
+
+def _secret_parts(secret: str) -> set[str]:
+    try:
+        split = urlsplit(secret)
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        split = None
+    if split is not None and split.scheme and split.netloc:  # not the scheme: "https" is no secret
+        fields = [split.netloc, split.path, split.query, split.fragment]
+    else:
+        fields = [secret]
+    pieces = {secret}
+    for value in fields:
+        pieces.add(value)
+        pieces.update(_SEPARATORS.split(value))
+    variants = set(pieces)
+    for piece in pieces:
+        variants.update((unquote(piece), quote(piece, safe="/:@")))
+    return {v for v in variants if len(v) >= MIN_SECRET_PART}
+
+
+def first_line(error: BaseException | str, secrets: Iterable[str] = ()) -> str:
+    """The first line of an error, scrubbed of the secrets and any URL, at most 300
+    characters."""
+    # Scrubbed before it is cut: a cut secret would no longer be found.
+    lines = scrub(str(error), secrets).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def slack_escape(text: str) -> str:
+    """Slack's escaping of plain text: ``&``, ``<`` and ``>`` only (``&`` first)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 @dataclass(frozen=True)
@@ -43,30 +118,83 @@ class Channel(Protocol):
 
 @dataclass(frozen=True)
 class WebhookChannel:
-    """POSTs the message as JSON (``payload()``: the text, and the incidents with their id,
-    state, rule, severity, cluster, group, value, threshold, since, dashboard and runbook)."""
+    """POSTs the message as JSON (``payload()``: the text, escaped for Slack, and the
+    incidents with their id, state, rule, severity, cluster, group, value, threshold, since,
+    dashboard and runbook, raw)."""
 
     name: str
     url: str = field(repr=False)  # a secret
     timeout_s: float = 10.0
 
     def send(self, message: Message) -> None:
-        post_json(self.name, self.url, message.payload(), self.timeout_s)
+        body = message.payload()
+        body["text"] = slack_escape(message.text)
+        post_json(self.name, self.url, body, self.timeout_s)
 
 
 def post_json(channel: str, url: str, body: dict[str, Any], timeout_s: float = 10.0) -> None:
     """The one webhook POST of groupscope (incident notifications and task-failure alerts);
-    raises ``ChannelError`` whose text never holds the URL."""
+    raises ``ChannelError`` whose text never holds the URL or a part of it."""
     if not url.startswith(("https://", "http://")):
         raise ChannelError(f"channel {channel}: the webhook URL must be http(s)")
-    request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
-        url, data=json.dumps(body, ensure_ascii=False).encode(),
-        method="POST", headers={"Content-Type": "application/json"})
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        # http.client would refuse it too, quoting the path: say so without quoting it.
+        raise ChannelError(f"channel {channel}: the webhook URL is malformed (it contains a "
+                           "space or a control character)")
+    redirects = _PostRedirects()
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=ssl.create_default_context()), redirects)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
+            url, data=json.dumps(body, ensure_ascii=False).encode(),
+            method="POST", headers={"Content-Type": "application/json"})
+        with opener.open(request, timeout=timeout_s) as response:
             response.read()
     except urllib.error.HTTPError as exc:
-        raise ChannelError(f"channel {channel}: webhook answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", None) or type(exc).__name__
+        exc.close()
+        raise ChannelError(f"channel {channel}: webhook answered HTTP {exc.code}"
+                           f"{redirects.refusal}") from None
+    # UnicodeError and http.client's InvalidURL (a bad port) come from a malformed URL; the
+    # others from the connection. Their texts may quote the URL, a redirect's target or parts.
+    except (urllib.error.URLError, http.client.HTTPException, UnicodeError, OSError,
+            ValueError) as exc:
+        reason = first_line(_reason(exc), [url, *redirects.followed])
         raise ChannelError(f"channel {channel}: webhook post failed: {reason}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    cause: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"TLS certificate verification failed: {cause.verify_message}"
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}"
+    return str(cause) or type(exc).__name__
+
+
+class _PostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a 307 or 308 with the same POST, body and headers (urllib's own handler does
+    not); refuses a 301, 302 or 303, which it would follow as a GET without the body. A
+    refused redirect ends as the HTTPError of its code, and ``refusal`` says why, never
+    quoting where it pointed (the Location may hold a secret too)."""
+
+    def __init__(self) -> None:
+        self.followed: list[str] = []
+        self.refusal = ""
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int,
+                         msg: str, headers: http.client.HTTPMessage, newurl: str
+                         ) -> urllib.request.Request | None:
+        if code not in (307, 308):
+            self.refusal = (" (a redirect that would drop the POST body); give the channel "
+                            "the final URL")
+        elif len(self.followed) >= MAX_REDIRECTS:
+            self.refusal = f" (more than {MAX_REDIRECTS} redirects); give the channel the final URL"
+        elif not newurl.startswith(("https://", "http://")) or (
+                req.full_url.startswith("https://") and newurl.startswith("http://")):
+            self.refusal = " (a redirect away from https, or to a URL that is not http(s))"
+        else:
+            self.followed.append(newurl)
+            return urllib.request.Request(  # noqa: S310 - the scheme is checked above
+                newurl, data=req.data, headers=dict(req.headers), method=req.get_method(),
+                origin_req_host=req.origin_req_host, unverifiable=True)
+        return None

@@ -9,12 +9,29 @@ snapshot to be judged on.
 
 Every subject the marts know is returned with its value, holding or not: the incident
 lifecycle (``groupscope.serve.incidents``) resolves an incident when its value no longer
-exceeds the threshold. A group absent from the newest snapshot (deleted) is not returned, so
-its incidents resolve too.
+exceeds the threshold, which is evidence that the condition cleared.
+
+A value is a number or **unknown** (``Observation.unknown`` says why), never a guess:
+
+- a value the marts hold as null (a time lag that cannot be computed);
+- every group value while the analytics are stale (the newest status rows more than
+  ``stale_intervals`` snapshot intervals behind the newest loaded snapshot: a hung or dead
+  Spark), so frozen marts neither fire nor resolve anything;
+- a group with an open incident that is missing from the newest status snapshot while that
+  snapshot was partial (its coordinator restarting), or that is listed but has no status row;
+- the collector's values of a cluster with no snapshot left in the warehouse.
+
+A group with an open incident that a *complete* snapshot no longer lists was deleted: it is
+not returned, and its incidents resolve (a complete snapshot lists every group).
+
+groupscope also watches itself (``SELF_CONDITIONS``): how far the analytics are behind the
+snapshots, its own tasks' latest outcome, alert channels that keep failing, and a rules file
+that is invalid.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +45,9 @@ GROUP_CONDITIONS = (
     "lag_beyond_retention", "group_empty_lag_growing", "rebalances_per_hour",
 )
 CLUSTER_CONDITIONS = ("collector_stale", "snapshot_incomplete", "quality_gate_failed")
+# groupscope's watch over its own parts (cluster subjects too; task_failed and channel_failing
+# name their task or channel in the subject's topic).
+SELF_CONDITIONS = ("analytics_stale", "task_failed", "channel_failing", "rules_invalid")
 
 # How far back the quality-gate condition looks for the latest result of each suite.
 QUALITY_HORIZON = timedelta(hours=24)
@@ -41,9 +61,15 @@ class Observation:
     condition: str
     cluster: str
     group_id: str
-    value: float
+    value: float  # nan when unknown
     details: dict[str, Any] = field(default_factory=dict)
     topic: str = ""
+    unknown: str | None = None  # why the value is unknown (None: the value is known)
+
+
+def unknown(condition: str, cluster: str, group_id: str, why: str,
+            details: dict[str, Any] | None = None, topic: str = "") -> Observation:
+    return Observation(condition, cluster, group_id, math.nan, details or {}, topic, why)
 
 
 _GROUPS = text("""
@@ -124,20 +150,129 @@ ORDER BY suite, checked_at DESC
 """)
 
 
+# The newest loaded snapshot, and how far the live analytics have computed: their watermark
+# (a snapshot with no committed partition has no status row, so the newest status row alone
+# would call a cluster of idle groups stale) or the newest status row, whichever is later.
+_ANALYTICS = text("""
+SELECT (SELECT max(snapshot_ts) FROM raw.snapshots WHERE cluster = :cluster) AS newest_loaded,
+       (SELECT min(snapshot_ts) FROM raw.snapshots WHERE cluster = :cluster) AS oldest_loaded,
+       (SELECT max(snapshot_ts) FROM mart.group_status WHERE cluster = :cluster)
+         AS newest_status,
+       (SELECT computed_through FROM ops.live_analytics WHERE cluster = :cluster)
+         AS computed_through
+""")
+
+# Why a group with an open incident has no status row at the judged snapshot.
+_ABSENT = text("""
+SELECT s.complete, s.error_count,
+       (SELECT count(*) FROM raw.consumer_groups g WHERE g.cluster = s.cluster
+          AND g.snapshot_ts = s.snapshot_ts AND g.group_id = :group_id) AS listed,
+       (SELECT e.message FROM raw.collection_errors e WHERE e.cluster = s.cluster
+          AND e.snapshot_ts = s.snapshot_ts ORDER BY (e.group_id = :group_id) DESC NULLS LAST,
+          e.seq LIMIT 1) AS error
+FROM raw.snapshots s WHERE s.cluster = :cluster AND s.snapshot_ts = :at
+""")
+
+_TASKS = text("""
+SELECT dag_id, task_id, state, run_id, try_number, at, failed_since, reason
+FROM ops.task_runs WHERE cluster = :cluster
+""")
+
+# Per channel: since when it has been failing (its oldest delivery still retried, or given up
+# after its last success), or nothing when it delivers.
+_CHANNELS = text("""
+WITH d AS (
+    SELECT d.* FROM ops.alert_deliveries d JOIN ops.alert_incidents i USING (incident_id)
+    WHERE i.cluster = :cluster
+), sent AS (
+    SELECT channel, max(sent_at) AS last_sent FROM d GROUP BY channel
+)
+SELECT d.channel, min(d.created_at) AS failing_since, count(*) AS undelivered,
+       count(*) FILTER (WHERE d.state = 'given_up') AS given_up,
+       (array_agg(d.error ORDER BY d.last_attempt_at DESC NULLS LAST))[1] AS last_error,
+       max(sent.last_sent) AS last_sent
+FROM d LEFT JOIN sent USING (channel)
+WHERE d.state = 'failed'
+   OR (d.state = 'given_up' AND d.last_attempt_at > coalesce(sent.last_sent, '-infinity'))
+GROUP BY d.channel
+""")
+
+
+@dataclass(frozen=True)
+class SelfState:
+    """What groupscope knows of itself at an evaluation, beyond the warehouse: the rules file's
+    error (the last valid rules are in use meanwhile) and the channels the rules name."""
+
+    rules_error: str | None = None
+    rules_source: str = ""
+    channels: tuple[str, ...] = ()
+
+
 def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
-            snapshot_every: timedelta) -> list[Observation]:
-    """The values of ``conditions`` (kinds) for every subject of ``cluster``."""
+            snapshot_every: timedelta, *, stale_intervals: float = math.inf,
+            open_groups: Iterable[str] = (), me: SelfState | None = None) -> list[Observation]:
+    """The values of ``conditions`` (kinds) for every subject of ``cluster``.
+    ``stale_intervals``: how far behind the newest snapshot (in snapshot intervals) the status
+    rows may be before every group value is unknown; ``open_groups``: the groups with an open
+    incident, so that one missing from the newest status snapshot is told apart as deleted
+    (its incidents resolve) or unknown (they are kept)."""
     wanted = set(conditions)
     observations: list[Observation] = []
+    analytics = conn.execute(_ANALYTICS, {"cluster": cluster}).one()
+    behind = _analytics_behind(analytics, snapshot_every)
     if wanted & set(GROUP_CONDITIONS):
-        observations += _group_observations(conn, cluster, wanted, now)
+        stale = None
+        if behind is not None and behind[0] > stale_intervals:
+            stale = (f"the analytics are {_seconds(behind[1])} behind the newest snapshot "
+                     f"({_iso(analytics.newest_loaded)}): the status rows are frozen")
+        observations += _group_observations(conn, cluster, wanted & set(GROUP_CONDITIONS),
+                                            set(open_groups), stale)
     if wanted & set(CLUSTER_CONDITIONS):
         observations += _cluster_observations(conn, cluster, wanted, now, snapshot_every)
+    if "analytics_stale" in wanted:
+        if behind is None:
+            observations.append(unknown("analytics_stale", cluster, "",
+                                        "no snapshot of the cluster in the warehouse"))
+        else:
+            observations.append(Observation("analytics_stale", cluster, "", behind[0], {
+                "newest_snapshot": _iso(analytics.newest_loaded),
+                "computed_through": _iso(analytics.computed_through),
+                "newest_status": _iso(analytics.newest_status),
+                "behind_s": behind[1], "snapshot_every_s": snapshot_every.total_seconds()}))
+    if "task_failed" in wanted:
+        observations += _task_observations(conn, cluster)
+    if "channel_failing" in wanted:
+        observations += _channel_observations(conn, cluster, now, me or SelfState())
+    if "rules_invalid" in wanted:
+        me = me or SelfState()
+        observations.append(Observation(
+            "rules_invalid", cluster, "", 1.0 if me.rules_error else 0.0,
+            {"error": me.rules_error, "source": me.rules_source}))
     return [o for o in observations if o.condition in wanted]
 
 
-def _group_observations(conn: Any, cluster: str, wanted: set[str],
-                        now: datetime) -> list[Observation]:
+def _analytics_behind(row: Any, snapshot_every: timedelta) -> tuple[float, float] | None:
+    """(snapshot intervals, seconds) the analytics are behind the newest loaded snapshot; None
+    when no snapshot is loaded. Never computed: behind by all the loaded snapshots."""
+    if row.newest_loaded is None:
+        return None
+    through = max([t for t in (row.newest_status, row.computed_through) if t is not None],
+                  default=None)
+    if through is None:
+        seconds = (row.newest_loaded - row.oldest_loaded).total_seconds() \
+            + snapshot_every.total_seconds()
+    else:
+        # computed_through is exclusive (just after the newest computed snapshot).
+        seconds = max((row.newest_loaded - through).total_seconds(), 0.0)
+    return seconds / snapshot_every.total_seconds(), seconds
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s"
+
+
+def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: set[str],
+                        stale: str | None) -> list[Observation]:
     rows = conn.execute(_GROUPS, {"cluster": cluster}).mappings().all()
     rebalances: dict[str, int] = {}
     at = max((r["snapshot_ts"] for r in rows), default=None)
@@ -161,13 +296,51 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str],
             "group_empty_lag_growing": max(growth, 0) if no_members else 0,
             "rebalances_per_hour": rebalances.get(row["group_id"], 0),
         }
-        if values["group_status_err"] or values["group_empty_lag_growing"]:
+        if stale is None and (values["group_status_err"] or values["group_empty_lag_growing"]):
             details.update(_stopped_since(conn, cluster, row["group_id"], row["snapshot_ts"]))
         details["rebalances_last_hour"] = rebalances.get(row["group_id"])
         details["lag_growth"] = growth
-        observations += [Observation(kind, cluster, row["group_id"], float(value), details)
-                         for kind, value in values.items() if value is not None]
+        for kind, value in values.items():
+            if stale is not None:
+                observations.append(unknown(kind, cluster, row["group_id"], stale, details))
+            elif value is None:
+                observations.append(unknown(kind, cluster, row["group_id"], _NULL_REASON.get(
+                    kind, f"no {kind} value at the snapshot of {details['snapshot_ts']}"),
+                    details))
+            else:
+                observations.append(Observation(kind, cluster, row["group_id"], float(value),
+                                                details))
+    seen = {r["group_id"] for r in rows}
+    for group_id in sorted(open_groups - seen):
+        why = _why_absent(conn, cluster, group_id, at) if stale is None else stale
+        if why is not None:
+            observations += [unknown(kind, cluster, group_id, why) for kind in wanted]
     return observations
+
+
+_NULL_REASON = {
+    "lag_seconds": "its time lag cannot be computed (no record timestamp at the committed "
+                   "offsets, and too little high-watermark history to estimate it)",
+    "lag_records": "its lag cannot be computed (no committed offset or high watermark)",
+    "lag_beyond_retention": "its lag cannot be computed (no committed offset or log start)",
+}
+
+
+def _why_absent(conn: Any, cluster: str, group_id: str, at: datetime | None) -> str | None:
+    """Why a group with an open incident has no status row at ``at`` (the judged snapshot);
+    None when a complete snapshot no longer lists it (deleted: its incidents resolve)."""
+    if at is None:
+        return "no status has been computed for the cluster yet"
+    row = conn.execute(_ABSENT, {"cluster": cluster, "group_id": group_id, "at": at}).one_or_none()
+    if row is None:
+        return f"the snapshot of {at.isoformat()} is not in the warehouse"
+    if row.listed:
+        return (f"the snapshot of {at.isoformat()} lists the group but no status could be "
+                "computed for it (no committed offset of a described partition)")
+    if row.complete:
+        return None
+    return (f"missing from the partial snapshot of {at.isoformat()} ({row.error_count} "
+            f"collection error(s), e.g. {row.error or 'unknown'})")
 
 
 def _group_details(row: Any) -> dict[str, Any]:
@@ -209,6 +382,12 @@ def _cluster_observations(conn: Any, cluster: str, wanted: set[str], now: dateti
                                          .total_seconds()}))
         observations.append(Observation("snapshot_incomplete", cluster, "",
                                         float(collector.incomplete_in_a_row), common))
+    else:
+        # No snapshot left (retention emptied raw.snapshots, or none ever landed): the
+        # collector's health cannot be judged, and is not "recovered" either.
+        why = "no snapshot of the cluster in the warehouse"
+        observations += [unknown("collector_stale", cluster, "", why),
+                         unknown("snapshot_incomplete", cluster, "", why)]
     failed = [r for r in conn.execute(_QUALITY, {"cluster": cluster,
                                                  "since": now - QUALITY_HORIZON})
               if not r.success]
@@ -216,6 +395,32 @@ def _cluster_observations(conn: Any, cluster: str, wanted: set[str], now: dateti
         "quality_gate_failed", cluster, "", float(len(failed)),
         {"failed_suites": [{"suite": r.suite, "subject": r.subject, "failed": r.failed,
                             "checked_at": r.checked_at.isoformat()} for r in failed]}))
+    return observations
+
+
+def _task_observations(conn: Any, cluster: str) -> list[Observation]:
+    return [Observation("task_failed", cluster, "", 1.0 if row.state == "failed" else 0.0, {
+        "dag_id": row.dag_id, "task_id": row.task_id, "run_id": row.run_id,
+        "try_number": row.try_number, "at": _iso(row.at), "failed_since": _iso(row.failed_since),
+        "reason": row.reason}, topic=f"{row.dag_id}.{row.task_id}")
+        for row in conn.execute(_TASKS, {"cluster": cluster})]
+
+
+def _channel_observations(conn: Any, cluster: str, now: datetime,
+                          me: SelfState) -> list[Observation]:
+    failing = {row.channel: row for row in conn.execute(_CHANNELS, {"cluster": cluster})}
+    observations = []
+    for channel in sorted(set(me.channels) | set(failing)):
+        row: Any = failing.get(channel)
+        if row is None:
+            observations.append(Observation("channel_failing", cluster, "", 0.0,
+                                            {"channel": channel}, topic=channel))
+            continue
+        observations.append(Observation(
+            "channel_failing", cluster, "", max((now - row.failing_since).total_seconds(), 0.0),
+            {"channel": channel, "failing_since": _iso(row.failing_since),
+             "undelivered": int(row.undelivered), "given_up": int(row.given_up),
+             "last_error": row.last_error, "last_sent": _iso(row.last_sent)}, topic=channel))
     return observations
 
 

@@ -12,6 +12,13 @@ Lifecycle of one fingerprint (rule, cluster, group, topic):
   one stays firing for ``keep_firing_for`` more (so a flapping value does not fire and resolve
   at every snapshot), then **resolves** and owes a ``resolved`` notification, once.
 - a later episode of the same fingerprint is a new incident with a new id.
+- the value is **unknown** (``Observation.unknown``: no data, a partial snapshot, stale
+  analytics): by the rule's ``on_unknown``, the incident keeps its state (``keep``, the
+  default: neither fires nor resolves; a pending one waits), or the value counts as holding
+  (``alerting``) or as not holding (``ok``). A firing incident that stays unknown for the
+  rules' ``unknown_notice_after`` owes an ``unknown`` notification, once per unknown spell,
+  naming why. Only evidence resolves: a known value that no longer holds, a subject that a
+  complete snapshot no longer lists, or the rule's removal.
 
 Owed notifications are rows of ``ops.alert_deliveries`` (one per incident, notification and
 channel): ``groupscope.serve.notify`` sends them and records each channel's outcome. An
@@ -64,7 +71,7 @@ class Notice:
     """A notification an incident owes its channels."""
 
     incident: Incident
-    notification: str  # firing | repeat-N | resolved
+    notification: str  # firing | repeat-N | unknown | resolved
 
 
 @dataclass(frozen=True)
@@ -99,9 +106,14 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
             effective = rule.effective(obs.cluster, obs.group_id)
             fp = fingerprint(effective.name, obs.cluster, obs.group_id, obs.topic)
             seen.add(fp)
-            holds = effective.enabled and obs.value > effective.threshold
             incident = current.get(fp)
-            updated, notice = _step(incident, holds, obs, effective, fp, now, rules)
+            if obs.unknown is not None and effective.on_unknown == "keep":
+                updated, notice = _unknown(incident, obs, now, rules)
+            else:
+                holds = effective.enabled and (
+                    effective.on_unknown == "alerting" if obs.unknown is not None
+                    else obs.value > effective.threshold)
+                updated, notice = _step(incident, holds, obs, effective, fp, now, rules)
             if updated is not None and updated != incident:
                 changed.append(updated)
             if notice is not None:
@@ -175,6 +187,27 @@ def _inhibited(notices: list[Notice], incidents: Iterable[Incident], now: dateti
     return kept, updated
 
 
+UNKNOWN_SINCE, UNKNOWN_WHY, UNKNOWN_NOTICED = "unknown_since", "unknown_why", "unknown_noticed"
+_UNKNOWN_KEYS = (UNKNOWN_SINCE, UNKNOWN_WHY, UNKNOWN_NOTICED)
+
+
+def _unknown(incident: Incident | None, obs: Observation, now: datetime,
+             rules: RuleSet) -> tuple[Incident | None, Notice | None]:
+    """The value is unknown and the rule keeps the state: nothing starts, nothing fires or
+    resolves; the incident notes since when and why, and a firing one that stays unknown for
+    ``unknown_notice_after`` owes one ``unknown`` notification for the spell."""
+    if incident is None:
+        return None, None
+    since = incident.details.get(UNKNOWN_SINCE) or now.isoformat()
+    details = {**incident.details, UNKNOWN_SINCE: since, UNKNOWN_WHY: obs.unknown}
+    updated = replace(incident, evaluated_at=now, details=details)
+    if (incident.state == FIRING and not incident.details.get(UNKNOWN_NOTICED)
+            and now - datetime.fromisoformat(since) >= rules.unknown_notice_after):
+        updated = replace(updated, details={**details, UNKNOWN_NOTICED: True})
+        return updated, Notice(updated, "unknown")
+    return updated, None
+
+
 def _step(incident: Incident | None, holds: bool, obs: Observation, effective: Any, fp: str,
           now: datetime, rules: RuleSet) -> tuple[Incident | None, Notice | None]:
     if not holds:
@@ -184,7 +217,7 @@ def _step(incident: Incident | None, holds: bool, obs: Observation, effective: A
         updated, notice = _clear(incident, now, rules, keep_firing=True)
         # What held stays (a resolved STOPPED says STOPPED, with the value it fired on); how
         # things are now goes beside it, for the resolved message's "Now:" line.
-        held = {k: v for k, v in incident.details.items() if k != NOW}
+        held = {k: v for k, v in incident.details.items() if k != NOW and k not in _UNKNOWN_KEYS}
         updated = replace(updated, details={
             **held, NOW: {**_details(obs), "value": obs.value}})
         return updated, Notice(updated, notice.notification) if notice else None
@@ -228,7 +261,8 @@ def _details(obs: Observation, incident: Incident | None = None) -> dict[str, An
     and the episode's inhibition mark."""
     held = {INHIBITED: incident.details[INHIBITED]} \
         if incident is not None and incident.details.get(INHIBITED) else {}
-    return {**obs.details, "condition": obs.condition, **held}
+    why = {UNKNOWN_WHY: obs.unknown} if obs.unknown is not None else {}
+    return {**obs.details, "condition": obs.condition, **held, **why}
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -309,35 +343,68 @@ class Undelivered:
     notification: str
     channel: str
     attempts: int
+    created_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    error: str | None = None
+
+    @property
+    def dedup_key(self) -> str:
+        """Stable across retries: a receiver that got it once can drop a repeat."""
+        return f"{self.incident.incident_id}:{self.notification}"
 
 
 def undelivered(conn: Any, cluster: str) -> list[Undelivered]:
+    """The deliveries still owed (never tried, or failed and to be retried), oldest first."""
     columns = ", ".join(f"i.{c}" for c in _COLUMNS)
     rows = conn.execute(text(
-        f"SELECT {columns}, d.notification, d.channel, d.attempts "
+        f"SELECT {columns}, d.notification, d.channel, d.attempts, d.created_at AS owed_at, "
+        "d.next_attempt_at, d.error "
         "FROM ops.alert_deliveries d JOIN ops.alert_incidents i USING (incident_id) "
-        "WHERE d.state <> 'sent' AND i.cluster = :cluster "
+        "WHERE d.state IN ('pending', 'failed') AND i.cluster = :cluster "
         "ORDER BY d.created_at, i.group_id, d.notification"), {"cluster": cluster}).mappings()
     result = []
     for row in rows:
         values = dict(row)
-        notification, channel, attempts = (values.pop("notification"), values.pop("channel"),
-                                           values.pop("attempts"))
-        result.append(Undelivered(Incident(**values), notification, channel, attempts))
+        extra = {k: values.pop(k) for k in ("notification", "channel", "attempts", "owed_at",
+                                             "next_attempt_at", "error")}
+        result.append(Undelivered(Incident(**values), extra["notification"], extra["channel"],
+                                  extra["attempts"], extra["owed_at"],
+                                  extra["next_attempt_at"], extra["error"]))
     return result
 
 
 def record_delivery(conn: Any, items: Iterable[Undelivered], now: datetime,
-                    error: str | None) -> None:
-    """The outcome of one send of ``items`` (one channel): sent, or failed with ``error``."""
+                    error: str | None, next_attempt_at: datetime | None = None) -> None:
+    """The outcome of one send of ``items`` (one channel): sent, or failed with ``error`` and
+    retried from ``next_attempt_at``."""
+    _set_state(conn, items, now, error, "CASE WHEN CAST(:error AS text) IS NULL THEN 'sent' "
+               "ELSE 'failed' END", attempted=True, next_attempt_at=next_attempt_at)
+
+
+def give_up(conn: Any, items: Iterable[Undelivered], now: datetime, why: str) -> None:
+    """Deliveries past their maximum age: no longer retried (the channel's failure is an
+    incident of its own, ``channel_failing``)."""
+    _set_state(conn, items, now, why, "'given_up'", attempted=False)
+
+
+def drop(conn: Any, items: Iterable[Undelivered], now: datetime, why: str) -> None:
+    """Deliveries to a channel no longer in the rules: never retried."""
+    _set_state(conn, items, now, why, "'dropped'", attempted=False)
+
+
+def _set_state(conn: Any, items: Iterable[Undelivered], now: datetime, error: str | None,
+               state_sql: str, attempted: bool,
+               next_attempt_at: datetime | None = None) -> None:
     rows = [{"incident_id": u.incident.incident_id, "notification": u.notification,
-             "channel": u.channel, "now": now, "error": error} for u in items]
+             "channel": u.channel, "now": now, "error": error, "next": next_attempt_at}
+            for u in items]
     if not rows:
         return
+    attempt = "attempts = attempts + 1, last_attempt_at = :now, " if attempted else ""
     conn.execute(text(
-        "UPDATE ops.alert_deliveries SET attempts = attempts + 1, last_attempt_at = :now, "
-        "state = CASE WHEN CAST(:error AS text) IS NULL THEN 'sent' ELSE 'failed' END, "
-        "sent_at = CASE WHEN CAST(:error AS text) IS NULL THEN :now END, "
+        f"UPDATE ops.alert_deliveries SET {attempt}state = {state_sql}, "
+        "sent_at = CASE WHEN CAST(:error AS text) IS NULL THEN CAST(:now AS timestamptz) END, "
+        "next_attempt_at = :next, "
         "error = :error WHERE incident_id = :incident_id AND notification = :notification "
         "AND channel = :channel"), rows)
 

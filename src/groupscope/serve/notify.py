@@ -1,8 +1,13 @@
 """The text of alert notifications, and their delivery: the notifications one evaluation owes
 are grouped per channel (several incidents of one cluster make one message, so twenty groups
 stopping at once are one notification, not twenty) and each channel's outcome is recorded on
-the deliveries (``groupscope.serve.incidents``). A channel that fails does not hold up the
-others; its deliveries stay owed and are retried at the next evaluation.
+the deliveries (``groupscope.serve.incidents``), each outcome committed on its own. A channel
+that fails does not hold up the others; its deliveries stay owed and are retried with
+exponential backoff until they are given up (``RetryPolicy``). Per incident the order holds:
+no RESOLVED before its FIRING was delivered (a resolution owed with its firing is one message
+that says both). Every incident in a payload carries a ``dedup_key`` (incident id and
+notification), stable across retries: delivery is at least once, and a receiver drops a repeat
+by that key.
 
 Texts say what is wrong, how long, how bad, and what to open next::
 
@@ -16,14 +21,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from groupscope.serve.channels import Channel, ChannelError, Message
 from groupscope.serve.incidents import Incident, Undelivered
+from groupscope.serve.rules import RuleSet
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +102,10 @@ def headline(incident: Incident) -> str:
         "collector_stale": "collector STALE",
         "snapshot_incomplete": "snapshots INCOMPLETE",
         "quality_gate_failed": "quality gate FAILED",
+        "analytics_stale": "analytics STALE (alerts on groups cannot be judged)",
+        "task_failed": f"task {d.get('dag_id')}.{d.get('task_id')} FAILED",
+        "channel_failing": f"alert channel {d.get('channel') or incident.topic} FAILING",
+        "rules_invalid": "rules file INVALID (the last valid rules are in use)",
     }.get(condition, f"{incident.rule} {incident.value:g} > {incident.threshold:g}")
 
 
@@ -153,13 +163,42 @@ def detail_lines(incident: Incident) -> list[str]:
         suites = d.get("failed_suites") or []
         return [f"Suite {s['suite']} failed on {s['subject']} ({s['failed']} expectation(s))."
                 for s in suites] or ["A quality suite failed; see ops.quality_results."]
+    if condition == "analytics_stale":
+        return [f"The newest status rows are {duration(d.get('behind_s'))} behind the newest "
+                f"snapshot ({_clock(d.get('newest_snapshot'))}; computed through "
+                f"{_clock(d.get('computed_through'))}): {incident.value:.1f} snapshot intervals "
+                f"of {duration(d.get('snapshot_every_s'))}, threshold {incident.threshold:g}.",
+                "Until they catch up, no group alert can fire or resolve: every group's value "
+                "is unknown. Check the live DAG's live_marts task and the Spark Connect server."]
+    if condition == "task_failed":
+        since = d.get("failed_since")
+        return [f"Task {d.get('task_id')} of DAG {d.get('dag_id')} failed (run {d.get('run_id')}"
+                f", try {d.get('try_number')}, at {_clock(d.get('at'))}"
+                + (f"; failing since {_clock(since)}" if since and since != d.get("at") else "")
+                + f"): {_first_line_of(d.get('reason'))}"]
+    if condition == "channel_failing":
+        return [f"Alert channel {d.get('channel')} has failed every delivery since "
+                f"{_clock(d.get('failing_since'))} ({_count(d.get('undelivered'))} notification(s) "
+                f"undelivered, {_count(d.get('given_up'))} given up); last error: "
+                f"{d.get('last_error') or '?'}.",
+                "Its notifications are retried with backoff, and given up past the rules' "
+                "delivery_max_age; this notice goes through the other channels."]
+    if condition == "rules_invalid":
+        return [f"{d.get('error')}.", "Alerting goes on with the last valid rules "
+                "(kept in the warehouse) until the file is fixed."]
     return [f"Value {incident.value:g}, threshold {incident.threshold:g}."]
+
+
+def _first_line_of(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0][:500] if lines else "no reason was given"
 
 
 def incident_fields(incident: Incident, notification: str, dashboard: str) -> dict[str, Any]:
     """One incident as the webhook's JSON carries it."""
     return {
         "incident_id": incident.incident_id, "notification": notification,
+        "dedup_key": f"{incident.incident_id}:{notification}",
         "state": incident.state, "rule": incident.rule, "severity": incident.severity,
         "cluster": incident.cluster, "group": incident.group_id or None,
         "topic": incident.topic or None, "value": incident.value,
@@ -173,7 +212,14 @@ def incident_fields(incident: Incident, notification: str, dashboard: str) -> di
 
 
 def _tag(notification: str) -> str:
-    return "RESOLVED" if notification == "resolved" else "FIRING"
+    return {"resolved": "RESOLVED", "unknown": "UNKNOWN"}.get(notification, "FIRING")
+
+
+def _unknown_line(incident: Incident) -> str:
+    d = incident.details
+    return (f"{headline(incident)} cannot be judged since {_clock(d.get('unknown_since'))}: "
+            f"{d.get('unknown_why') or 'no data'}. It stays firing until there is evidence "
+            "that it cleared.")
 
 
 def _resolved_line(incident: Incident) -> str:
@@ -191,15 +237,21 @@ def _now_line(incident: Incident) -> str:
             f"member(s), status {d.get('status', '?')}.")
 
 
-def single(item: Undelivered, dashboard: str, also: Sequence[Undelivered] = ()) -> Message:
-    """One subject's message; ``also``: its other incidents of the same kind, in a line."""
+def single(item: Undelivered, dashboard: str, also: Sequence[Undelivered] = (),
+           fired_too: frozenset[str] = frozenset()) -> Message:
+    """One subject's message; ``also``: its other incidents of the same kind, in a line;
+    ``fired_too``: the incidents whose firing was never delivered, said in their resolution."""
     incident, tag = item.incident, _tag(item.notification)
     repeat = " (still firing)" if item.notification.startswith("repeat-") else ""
     others = [f"{headline(o.incident)} ({o.incident.rule})" for o in also]
     if tag == "RESOLVED":
         body = [f"[RESOLVED] {subject_of(incident)}: {_resolved_line(incident)}",
+                *([_fired_too_line(incident)] if incident.incident_id in fired_too else []),
                 *([f"Also resolved: {'; '.join(others)}."] if others else []),
                 _now_line(incident)]
+    elif tag == "UNKNOWN":
+        body = [f"[UNKNOWN] {subject_of(incident)}: {_unknown_line(incident)}",
+                *([f"Also unknown: {'; '.join(others)}."] if others else [])]
     else:
         body = [f"[FIRING] {subject_of(incident)}: {headline(incident)}.{repeat}",
                 *detail_lines(incident),
@@ -213,7 +265,17 @@ def single(item: Undelivered, dashboard: str, also: Sequence[Undelivered] = ()) 
                     for i in (item, *also)], tag.lower())
 
 
-def grouped(items: Sequence[Undelivered], dashboard: str) -> Message:
+def _fired_too_line(incident: Incident) -> str:
+    return (f"It fired at {_clock((incident.firing_at or incident.started_at).isoformat())}, "
+            "but that notification could not be delivered before it resolved: this message "
+            "is both.")
+
+
+_COLLECTOR = ("collector_stale", "snapshot_incomplete", "quality_gate_failed")
+
+
+def grouped(items: Sequence[Undelivered], dashboard: str,
+            fired_too: frozenset[str] = frozenset()) -> Message:
     """Several incidents (one cluster, one channel, one kind) in one message."""
     tag = _tag(items[0].notification)
     clusters = sorted({i.incident.cluster for i in items})
@@ -225,9 +287,15 @@ def grouped(items: Sequence[Undelivered], dashboard: str) -> Message:
     lines = [f"[{tag}] {where}: {len(items)} incidents ({summary})."]
     for item in items[:MAX_LISTED]:
         incident = item.incident
-        who = f"group {incident.group_id}" if incident.group_id else "the collector"
+        who = (f"group {incident.group_id}" if incident.group_id else
+               "the collector" if incident.details.get("condition") in _COLLECTOR else
+               "groupscope")
         if tag == "RESOLVED":
-            lines.append(f"- {who}: {_resolved_line(incident)}")
+            lines.append(f"- {who}: {_resolved_line(incident)}"
+                         + (" (its firing was never delivered)"
+                            if incident.incident_id in fired_too else ""))
+        elif tag == "UNKNOWN":
+            lines.append(f"- {who}: {_unknown_line(incident)}")
         else:
             lines.append(f"- {who}: {headline(incident)}. {detail_lines(incident)[0]}")
     if len(items) > MAX_LISTED:
@@ -246,23 +314,35 @@ def grouped(items: Sequence[Undelivered], dashboard: str) -> Message:
 
 def messages(items: Iterable[Undelivered], dashboard: str) -> list[tuple[Message,
                                                                           list[Undelivered]]]:
-    """The messages for one channel's owed deliveries: firing (and repeats) together, resolved
-    together; one incident alone makes a single message."""
+    """The messages for one channel's owed deliveries: firing (and repeats) together, unknown
+    together, resolved together; one incident alone makes a single message. An incident whose
+    firing (or repeat, or unknown notice) is still owed when its resolution is owed too gets one
+    message that says both, never a RESOLVED before its FIRING; the batch of that message
+    carries both deliveries."""
+    items = list(items)
+    resolved = {i.incident.incident_id for i in items if i.notification == "resolved"}
+    absorbed: dict[str, list[Undelivered]] = {}
     kinds: dict[str, list[Undelivered]] = {}
     for item in items:
+        if item.notification != "resolved" and item.incident.incident_id in resolved:
+            absorbed.setdefault(item.incident.incident_id, []).append(item)
+            continue
         kinds.setdefault(_tag(item.notification), []).append(item)
+    fired_too = frozenset(i for i, earlier in absorbed.items()
+                          if any(e.notification != "unknown" for e in earlier))
     result = []
-    for tag in ("FIRING", "RESOLVED"):
+    for tag in ("FIRING", "UNKNOWN", "RESOLVED"):
         batch = kinds.get(tag, [])
         if not batch:
             continue
         subjects = {(i.incident.cluster, i.incident.group_id) for i in batch}
         if len(subjects) == 1:  # one group (or the collector): its message, all its rules
             ordered = sorted(batch, key=_importance)
-            message = single(ordered[0], dashboard, also=ordered[1:])
+            message = single(ordered[0], dashboard, also=ordered[1:], fired_too=fired_too)
         else:
-            message = grouped(batch, dashboard)
-        result.append((message, batch))
+            message = grouped(batch, dashboard, fired_too)
+        carried = [e for i in batch for e in absorbed.get(i.incident.incident_id, [])]
+        result.append((message, [*carried, *batch]))
     return result
 
 
@@ -271,42 +351,88 @@ def _importance(item: Undelivered) -> tuple[int, str]:
     return severity, item.incident.rule
 
 
+class DeliveryLog(Protocol):
+    """Where delivery outcomes are kept (``ops.alert_deliveries``); each call is committed on
+    its own, so an outcome is never lost or undone by a later failure."""
+
+    def sent(self, items: list[Undelivered]) -> None: ...
+
+    def failed(self, items: list[Undelivered], error: str, retry_at: datetime) -> None: ...
+
+    def given_up(self, items: list[Undelivered], why: str) -> None: ...
+
+    def dropped(self, items: list[Undelivered], why: str) -> None: ...
+
+
 def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashboard: str,
-            record: Callable[[list[Undelivered], str | None], None]) -> dict[str, str]:
-    """Sends what is owed, channel by channel; ``record(items, error)`` keeps each outcome
-    (error None: sent). Returns the outcome per channel ("sent N" or the error)."""
+            log_to: DeliveryLog, now: datetime, rules: RuleSet,
+            unavailable: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Sends what is owed, channel by channel, and keeps each outcome (``log_to``). Returns the
+    outcome per channel ("sent N", "backing off until ...", or the error).
+
+    - What is owed to a channel the rules no longer name is dropped, never retried.
+    - ``unavailable``: configured channels whose connection cannot be read right now (why):
+      their deliveries fail and are retried, like a channel that refused.
+    - A channel that failed waits until the retry time of its latest failure before it is tried
+      again, all its owed notifications with it (so a new RESOLVED never overtakes an older
+      FIRING in backoff): after its N-th failure in a row it waits ``rules.retry_delay(N)``;
+      what is owed longer than ``rules.delivery_max_age`` is given up.
+    - After a failed send, the channel's other messages of this evaluation are not attempted:
+      they fail with the same error and keep their order for the retry."""
+    known = {c.name for c in rules.channels}
+    unavailable = unavailable or {}
     per_channel: dict[str, list[Undelivered]] = {}
     for item in owed:
         per_channel.setdefault(item.channel, []).append(item)
     outcome: dict[str, str] = {}
     for name, items in per_channel.items():
-        channel = channels.get(name)
-        if channel is None:
-            error = f"channel {name} is not configured (no such connection); kept for later"
-            record(items, error)
-            outcome[name] = error
+        if name not in known:
+            log_to.dropped(items, f"channel {name} is no longer in the rules; not retried")
+            outcome[name] = f"dropped {len(items)} (no longer in the rules)"
             continue
-        sent = 0
-        for message, batch in messages(items, dashboard):
-            try:
-                channel.send(message)
-            except ChannelError as exc:
-                record(batch, str(exc))
-                outcome[name] = str(exc)
-                log.warning("alert delivery to %s failed, retried at the next evaluation: %s",
-                            name, exc)
+        expired = [i for i in items if i.created_at is not None
+                   and now - i.created_at > rules.delivery_max_age]
+        if expired:
+            last = next((i.error for i in reversed(expired) if i.error), None) or "never sent"
+            age = duration(rules.delivery_max_age.total_seconds())
+            log_to.given_up(expired, f"given up after {age} undelivered; last error: {last}")
+            items = [i for i in items if i not in expired]
+        waiting: datetime | None = max(
+            (i.next_attempt_at for i in items if i.next_attempt_at is not None), default=None)
+        if waiting is not None and waiting > now:
+            outcome[name] = f"backing off until {_clock(waiting.isoformat())}"
+            continue
+        channel = channels.get(name)
+        batches = messages(items, dashboard)
+        sent, error = 0, unavailable.get(name)
+        if channel is None and error is None:
+            error = f"channel {name} has no connection; kept for later"
+        for message, batch in batches:
+            if error is None and channel is not None:
+                error = send_one(channel, message)
+            if error is None:
+                log_to.sent(batch)
+                sent += len(batch)
                 continue
-            except Exception as exc:  # a notifier's own error: recorded, never fatal
-                error = f"channel {name}: {type(exc).__name__}: {_first_line(exc)}"
-                record(batch, error)
-                outcome[name] = error
-                log.warning("alert delivery to %s failed, retried at the next evaluation: %s",
-                            name, error)
-                continue
-            record(batch, None)
-            sent += len(batch)
-        outcome.setdefault(name, f"sent {sent}")
+            attempts = max((i.attempts for i in batch), default=0) + 1
+            log_to.failed(batch, error, now + rules.retry_delay(attempts))
+        if error is not None:
+            log.warning("alert delivery to %s failed, retried with backoff: %s", name, error)
+            outcome[name] = error
+        elif items or expired:
+            outcome[name] = f"sent {sent}"
     return outcome
+
+
+def send_one(channel: Channel, message: Message) -> str | None:
+    """None when sent, else the error (safe to record: no secret)."""
+    try:
+        channel.send(message)
+    except ChannelError as exc:
+        return str(exc)
+    except Exception as exc:  # a notifier's own error: recorded, never fatal
+        return f"channel {channel.name}: {type(exc).__name__}: {_first_line(exc)}"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -316,3 +442,47 @@ def _first_line(exc: BaseException) -> str:
 
 
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+
+
+def heartbeat(cluster: str, now: datetime, every: timedelta, firing: Sequence[Incident],
+              dashboard: str) -> Message:
+    """"groupscope is alive": proof that the evaluation runs and a channel delivers. Its
+    absence is the alert (an outside dead man's switch expects one every ``every``)."""
+    listed = "; ".join(f"{headline(i)} ({subject_of(i)})" for i in firing[:10])
+    more = f" and {len(firing) - 10} more" if len(firing) > 10 else ""
+    text = (f"[HEARTBEAT] groupscope is alive: the alert rules of cluster {cluster} were "
+            f"evaluated at {_clock(now.isoformat())}. Firing now: {len(firing)}"
+            + (f" ({listed}{more})" if firing else "") + ".\n"
+            f"The next heartbeat comes within {duration(every.total_seconds())}; if it does "
+            "not, groupscope itself is down (Airflow, its scheduler or the warehouse).\n"
+            f"Dashboard: {dashboard.rstrip('/')}{OVERVIEW_DASHBOARD}"
+            f"?var-cluster={quote(cluster, safe='')}")
+    fields = {"cluster": cluster, "evaluated_at": now.isoformat(), "firing": len(firing),
+              "every_s": every.total_seconds(),
+              "dedup_key": f"heartbeat:{cluster}:{now.isoformat()}"}
+    return Message(f"[HEARTBEAT] groupscope is alive: cluster {cluster}", text, [fields],
+                   "heartbeat")
+
+
+def warehouse_message(cluster: str, error: str | None, since: datetime,
+                      now: datetime) -> Message:
+    """groupscope's own notice that it cannot reach its warehouse (``error``), or that it can
+    again (``error`` None). It is sent straight to every channel: the incidents and their
+    deliveries live in the warehouse."""
+    key = f"warehouse:{cluster}:{since.isoformat()}"
+    if error is not None:
+        text = (f"[FIRING] cluster {cluster}: groupscope cannot reach its warehouse (since "
+                f"{_clock(since.isoformat())}): {error}.\n"
+                "No alert rule can be evaluated and no incident delivered until it is back; "
+                "snapshots keep landing and load once it is. Check the PostgreSQL server and "
+                "the groupscope_warehouse connection.")
+        return Message(f"[FIRING] groupscope critical: cluster {cluster}: warehouse "
+                       "UNREACHABLE", text, [{"cluster": cluster, "dedup_key": f"{key}:firing",
+                                              "since": since.isoformat()}], "firing")
+    lasted = duration((now - since).total_seconds())
+    text = (f"[RESOLVED] cluster {cluster}: groupscope reaches its warehouse again, after "
+            f"{lasted}. Alert evaluation and delivery resume; what the incidents owe is sent "
+            "now.")
+    return Message(f"[RESOLVED] groupscope critical: cluster {cluster}: warehouse reachable "
+                   "again", text, [{"cluster": cluster, "dedup_key": f"{key}:resolved",
+                                    "since": since.isoformat()}], "resolved")

@@ -1,0 +1,332 @@
+"""What the on-call hears when a part of the alert path fails, on the real things: a PostgreSQL
+warehouse of this module's own (so it can be stopped and started), a real HTTP webhook
+receiver and a real SMTP server (aiosmtpd) reached through Airflow connections, and the alert
+task's own cycle (``pipeline.alert_cycle``: rules in use, channels, outage notice, evaluation,
+delivery).
+
+The warehouse holds the status rows the live marts would have written (a STOPPED group is three
+partitions in STOP and no member): the faults here are the alert path's own, so the marts are
+seeded, and time is passed in, compressed. The Kafka-side faults (a coordinator that restarts,
+Spark Connect frozen) are in tests/integration/test_alert_unknown.py and test_airflow.py.
+
+For each fault: what each channel received, in order, and that nothing was lost or sent twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from groupscope import pipeline, warehouse
+from groupscope.serve.airflow_channels import build_channels
+from groupscope.warehouse.partitions import create_partitions
+from groupscope_dev.mailcatcher import MailCatcher
+from groupscope_dev.ports import free_ports
+from groupscope_dev.postgres import LocalPostgres
+from groupscope_dev.webhookcatcher import WebhookCatcher
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 24, 9, 0, 0, tzinfo=UTC)
+EVERY = timedelta(seconds=30)
+
+
+@pytest.fixture(scope="module")
+def own_postgres(services_dir: Path) -> Iterator[LocalPostgres]:
+    server = LocalPostgres(services_dir / "postgres-faults", port=free_ports(1)[0])
+    server.start()
+    engine = warehouse.engine_for(server.url)
+    warehouse.migrate(engine)
+    engine.dispose()
+    yield server
+    server.destroy()
+
+
+@dataclass
+class Stack:
+    url: str
+    cluster: str
+    webhook: WebhookCatcher
+    mail: MailCatcher
+    rules: Path
+    outages: Path
+    groups: dict[str, int] | None = None
+    seeded: float = -1.0
+
+    def evaluate(self, seconds: float, snapshot: bool = True, **kwargs: Any) -> dict[str, Any]:
+        """An evaluation at T0 + ``seconds``, after a snapshot of the groups as last seeded
+        (the collector keeps snapshotting; ``snapshot`` False: it does not)."""
+        if snapshot and self.groups is not None and seconds > self.seeded:
+            self.seed(seconds, self.groups)
+        return pipeline.alert_cycle(lambda: self.url, self.cluster, self.rules,
+                                    build_channels, EVERY, "http://grafana:3000", self.outages,
+                                    now=T0 + timedelta(seconds=seconds), **kwargs)
+
+    def received(self) -> dict[str, list[str]]:
+        """The first line of every notification each channel got, in order."""
+        return {"webhook": [t.splitlines()[0] for t in self.webhook.texts],
+                "email": [str(m["Subject"]) for m in self.mail.mails()]}
+
+    def seed(self, seconds: float, groups: dict[str, int], complete: bool = True,
+             listed: set[str] | None = None) -> None:
+        """One snapshot at T0 + ``seconds`` and its status rows: ``groups`` maps a group to its
+        partitions in STOP (0: OK). A partial snapshot lists only ``listed`` and has no status
+        row for the others."""
+        seed(self.url, self.cluster, T0 + timedelta(seconds=seconds), groups, complete, listed)
+        self.groups, self.seeded = groups, seconds
+
+
+def seed(url: str, cluster: str, ts: datetime, groups: dict[str, int], complete: bool = True,
+         listed: set[str] | None = None) -> None:
+    listed = set(groups) if listed is None else listed
+    engine = warehouse.engine_for(url)
+    try:
+        with engine.begin() as conn:
+            create_partitions(conn, [ts])
+            conn.execute(text(
+                "INSERT INTO raw.snapshots VALUES (:c, :t, :id, :complete, :n, :n, :errors, 50)"),
+                {"c": cluster, "t": ts, "id": f"{cluster}-{ts:%H%M%S}", "complete": complete,
+                 "n": len(listed), "errors": 0 if complete else 1})
+            if not complete:
+                conn.execute(text(
+                    "INSERT INTO raw.collection_errors VALUES (:c, :t, 0, 'describe_groups',"
+                    " 'COORDINATOR_NOT_AVAILABLE', 'broker 2 is restarting', NULL, NULL, NULL,"
+                    " true, 3)"), {"c": cluster, "t": ts})
+            for group in sorted(listed):
+                stopped = groups[group]
+                conn.execute(text(
+                    "INSERT INTO raw.consumer_groups VALUES (:c, :t, :g, 'classic', :state,"
+                    " 'consumer', 'range', 1, 1, false, true, :members)"),
+                    {"c": cluster, "t": ts, "g": group, "state": "Empty" if stopped else "Stable",
+                     "members": 0 if stopped else 3})
+                conn.execute(text(
+                    "INSERT INTO mart.group_status VALUES (:c, :t, :g, :status, :ok, 0, 0, :stop,"
+                    " 0, 'orders', 0, :reason)"),
+                    {"c": cluster, "t": ts, "g": group, "status": "ERR" if stopped else "OK",
+                     "ok": 3 - stopped, "stop": stopped,
+                     "reason": "no commit for 40 s (its rhythm: every 5 s)" if stopped
+                     else "consuming"})
+                conn.execute(text(
+                    "INSERT INTO mart.group_lag VALUES (:c, :t, :g, 3, :lag, :lag, 0, 0, 12.0,"
+                    " NULL, 10.0, :rate)"),
+                    {"c": cluster, "t": ts, "g": group, "lag": 900 if stopped else 3,
+                     "rate": 0.0 if stopped else 10.0})
+            conn.execute(text(
+                "INSERT INTO ops.live_analytics VALUES (:c, :through, :t) ON CONFLICT (cluster)"
+                " DO UPDATE SET computed_through = excluded.computed_through"),
+                {"c": cluster, "through": ts + timedelta(microseconds=1), "t": ts})
+    finally:
+        engine.dispose()
+
+
+_stacks = iter(range(1000))
+
+
+@pytest.fixture
+def stack(own_postgres: LocalPostgres, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    webhook = WebhookCatcher()
+    webhook.start()
+    mail = MailCatcher(tmp_path / "mail")
+    mail.start()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("keep_firing_for: 60s\nretry_initial: 30s\nretry_max: 2m\n"
+                     "channels:\n"
+                     "  - {name: webhook, kind: webhook, connection: faults_webhook}\n"
+                     "  - {name: email, kind: email, connection: faults_smtp}\n")
+    monkeypatch.setenv("AIRFLOW_CONN_FAULTS_WEBHOOK", json.dumps(
+        {"conn_type": "http", "password": f"{webhook.url}/S3CRET-PATH"}))
+    monkeypatch.setenv(*mail.connection("faults_smtp", "oncall@example.com"))
+    yield Stack(own_postgres.url, f"faults{next(_stacks)}", webhook, mail, rules,
+                tmp_path / "outages")
+    webhook.stop()
+    mail.stop()
+
+
+def _deliveries(url: str, cluster: str) -> list[tuple[str, str, str, int]]:
+    engine = warehouse.engine_for(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                "SELECT i.group_id, d.notification, d.channel || ':' || d.state, d.attempts"
+                " FROM ops.alert_deliveries d JOIN ops.alert_incidents i USING (incident_id)"
+                " WHERE i.cluster = :c ORDER BY d.created_at, d.channel, d.notification"),
+                {"c": cluster})]
+    finally:
+        engine.dispose()
+
+
+def test_a_receiver_that_refuses_three_times_gets_one_firing_then_the_resolved(
+        stack: Stack) -> None:
+    stack.seed(0, {"payments": 3, "orders": 0})
+    stack.webhook.answer = 500
+    stack.evaluate(0)       # fires: the webhook refuses; e-mail delivered
+    stack.evaluate(15)      # backing off (30 s)
+    stack.evaluate(31)      # refused again: 60 s
+    stack.evaluate(92)      # refused again: 120 s (retry_max)
+    assert stack.webhook.refused == 3
+    stack.webhook.answer = 200
+    stack.evaluate(150)     # backing off until 212
+    assert stack.received()["webhook"] == []
+    stack.evaluate(213)
+    stack.seed(240, {"payments": 0, "orders": 0})
+    stack.evaluate(240)     # it cleared: resolved after keep_firing_for (60 s)
+    stack.evaluate(301)
+    got = stack.received()
+    assert got["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED.",
+        f"[RESOLVED] cluster {stack.cluster}, group payments: STOPPED is over after 5 m 1 s "
+        "(firing since 09:00:00Z)."]
+    assert [s.split(":")[0] for s in got["email"]] == ["[FIRING] groupscope critical",
+                                                      "[RESOLVED] groupscope critical"]
+    # Every delivery sent once; the webhook's firing after 4 attempts.
+    assert _deliveries(stack.url, stack.cluster) == [
+        ("payments", "firing", "email:sent", 1), ("payments", "firing", "webhook:sent", 4),
+        ("payments", "resolved", "email:sent", 1), ("payments", "resolved", "webhook:sent", 1)]
+    # Each payload carries its dedup key.
+    keys = [b["dedup_key"] for b in stack.webhook.bodies]
+    assert len(set(keys)) == 2 and keys[0].endswith(":firing")
+
+
+def test_a_resolution_while_the_firing_is_undelivered_is_one_message(stack: Stack) -> None:
+    stack.seed(0, {"payments": 3})
+    stack.webhook.answer = 503
+    stack.evaluate(0)
+    stack.seed(30, {"payments": 0})
+    stack.evaluate(30)
+    stack.evaluate(91)      # resolved (keep_firing_for 60 s) while the webhook refuses
+    stack.webhook.answer = 200
+    stack.evaluate(400)
+    [text_] = stack.webhook.texts
+    assert text_.startswith(f"[RESOLVED] cluster {stack.cluster}, group payments: STOPPED is "
+                            "over")
+    assert "could not be delivered before it resolved: this message is both" in text_
+    assert {b["notification"] for b in stack.webhook.bodies[0]["incidents"]} == {"resolved"}
+
+
+def test_a_302_is_a_failure_and_the_secret_path_appears_nowhere(
+        stack: Stack, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"{stack.webhook.url}/S3CRET-PATH")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AIRFLOW_CONN_FAULTS_WEBHOOK", json.dumps(
+        {"conn_type": "http",
+         "password": f"http://127.0.0.1:{server.server_port}/hooks/S3CRET-PATH"}))
+    try:
+        stack.seed(0, {"payments": 3})
+        summary = stack.evaluate(0)
+    finally:
+        server.shutdown()
+    assert "302" in summary["deliveries"]["webhook"]
+    assert stack.webhook.bodies == []  # never followed as a GET, never counted as sent
+    assert ("payments", "firing", "webhook:failed", 1) in _deliveries(stack.url, stack.cluster)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "S3CRET" not in json.dumps(summary) and "S3CRET" not in logged
+
+
+def test_a_connection_lookup_that_fails_delivers_at_the_next_evaluation(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack.seed(0, {"orders": 2})
+    stack.evaluate(0)  # the webhook has delivered before
+    stack.seed(30, {"orders": 2, "payments": 3})
+    # The connection's lookup fails as the rule fires. Airflow reports a secrets backend that
+    # fails (or a variable that went missing) as "not defined": the same lookup, failing.
+    good = os.environ["AIRFLOW_CONN_FAULTS_WEBHOOK"]
+    monkeypatch.delenv("AIRFLOW_CONN_FAULTS_WEBHOOK")
+    first = stack.evaluate(30)
+    assert first["notifications"] == ["firing group_err payments"]
+    assert "taken as a lookup failure, retried" in first["deliveries"]["webhook"]
+    monkeypatch.setenv("AIRFLOW_CONN_FAULTS_WEBHOOK", good)
+    stack.evaluate(61)
+    assert stack.received()["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}, group orders: STOPPED.",
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+    assert len(stack.mail.mails()) == 2
+
+
+def test_a_bad_rules_file_keeps_the_last_good_rules_and_says_so(stack: Stack) -> None:
+    stack.rules.write_text(stack.rules.read_text()
+                           + "rules:\n  - name: group_err\n    threshold: 1\n")
+    stack.seed(0, {"payments": 3, "orders": 1})
+    stack.evaluate(0)       # threshold 1: payments (3) fires, orders (1) does not
+    stack.rules.write_text(stack.rules.read_text().replace("threshold: 1", "threshold: 1" + "0"
+                                                            * 400))
+    stack.seed(30, {"payments": 3, "orders": 1})
+    summary = stack.evaluate(30)
+    assert "firing rules_invalid " in " ".join(summary["notifications"])
+    webhook = stack.received()["webhook"]
+    assert webhook[0] == f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."
+    assert webhook[1].startswith(f"[FIRING] cluster {stack.cluster}: rules file INVALID")
+    invalid = stack.webhook.texts[1]
+    assert f"rules file {stack.rules}" in invalid and "group_err" in invalid \
+        and "threshold" in invalid
+    # Still the good rules: payments stays firing (no resolution, no new firing for orders).
+    stack.seed(60, {"payments": 3, "orders": 1})
+    assert stack.evaluate(60)["notifications"] == []
+
+
+def test_the_warehouse_down_two_minutes_loses_nothing_and_says_so(
+        stack: Stack, own_postgres: LocalPostgres) -> None:
+    stack.seed(0, {"payments": 0})
+    stack.evaluate(0)
+    stack.seed(30, {"payments": 3})  # the group stops just before the warehouse goes down
+    own_postgres.stop()
+    try:
+        for seconds in (30, 60, 90, 120, 150):
+            with pytest.raises(pipeline.StageFailed, match="is unreachable"):
+                stack.evaluate(seconds, snapshot=False)
+    finally:
+        own_postgres.start()
+    stack.evaluate(160)
+    stack.evaluate(190)
+    got = stack.received()
+    assert got["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}: groupscope cannot reach its warehouse (since "
+        "09:00:30Z): " + got["webhook"][0].split("): ", 1)[1],
+        f"[RESOLVED] cluster {stack.cluster}: groupscope reaches its warehouse again, after "
+        "2 m 10 s. Alert evaluation and delivery resume; what the incidents owe is sent now.",
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+    assert [s.split(":")[0] for s in got["email"]] == [
+        "[FIRING] groupscope critical", "[RESOLVED] groupscope critical",
+        "[FIRING] groupscope critical"]
+    assert "S3CRET" not in json.dumps(stack.webhook.bodies[0])
+    assert _deliveries(stack.url, stack.cluster) == [
+        ("payments", "firing", "email:sent", 1), ("payments", "firing", "webhook:sent", 1)]
+
+
+def test_a_channel_failing_past_its_max_age_is_given_up_and_told_by_the_others(
+        stack: Stack) -> None:
+    stack.rules.write_text(stack.rules.read_text() + "delivery_max_age: 5m\n")
+    stack.webhook.answer = 500
+    stack.seed(0, {"payments": 3})
+    for seconds in range(0, 661, 30):
+        stack.evaluate(seconds)
+    mails = [str(m["Subject"]) for m in stack.mail.mails()]
+    assert mails[0].startswith("[FIRING] groupscope critical") and "STOPPED" in mails[0]
+    assert len(mails) == 2 and "alert channel webhook FAILING" in mails[1], mails
+    states = _deliveries(stack.url, stack.cluster)
+    assert ("payments", "firing", "webhook:given_up", states[1][3]) in states
+    # The webhook never hears of its own failure, and nothing more is retried to it.
+    refused = stack.webhook.refused
+    stack.evaluate(700)
+    assert stack.webhook.refused == refused
