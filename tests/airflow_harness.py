@@ -34,6 +34,7 @@ def parse() -> dict[str, Any]:
                                   "execution_timeout_s": t.execution_timeout.total_seconds()
                                   if t.execution_timeout else None,
                                   "on_failure_callback": bool(t.on_failure_callback),
+                                  "on_success_callback": bool(t.on_success_callback),
                                   "operator": type(t).__name__,
                                   "upstream": sorted(t.upstream_task_ids)}
                       for t in dag.tasks},

@@ -11,6 +11,7 @@ its own (tests/airflow_harness.py for parsing and ``dag.test()``)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kafkautil import commit_offsets, create_topic, produce_counts
+from kafkautil import commit_offsets, create_topic, produce_counts, wait_until
 from sqlalchemy import text
 
 from groupscope.collect.collector import take_snapshot
@@ -126,8 +127,8 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
     dags = parsed["dags"]
     for cluster in (deployment.cluster, deployment.down):
         assert {f"groupscope_{kind}_{cluster}"
-                for kind in ("snapshot", "offsets", "analytics", "live")} <= set(dags)
-    assert len(dags) == 8
+                for kind in ("snapshot", "offsets", "analytics", "live", "alerts")} <= set(dags)
+    assert len(dags) == 10
     for dag_id, dag in dags.items():
         assert "groupscope" in dag["tags"] and len(dag["tags"]) >= 3, dag_id
         assert len(dag["doc_md"]) > 200, dag_id
@@ -135,9 +136,14 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
         for task_id, t in dag["tasks"].items():
             where = f"{dag_id}.{task_id}"
             assert t["owner"] == "groupscope", where
-            assert t["retries"] >= 2, where
+            # A task on a cadence is not retried: its next run is the retry (a retry of
+            # live_marts would only hold up the next snapshot's marts, and an evaluation
+            # retried late judges stale data).
+            on_cadence = task_id == "live_marts" or dag_id.startswith("groupscope_alerts_")
+            assert t["retries"] == 0 if on_cadence else t["retries"] >= 2, where
             assert t["execution_timeout_s"] and t["execution_timeout_s"] <= 3600, where
-            assert t["on_failure_callback"], where
+            # Every task's outcome is the task_failed condition's evidence.
+            assert t["on_failure_callback"] and t["on_success_callback"], where
     snapshot = dags[f"groupscope_snapshot_{deployment.cluster}"]["tasks"]
     assert snapshot["check_landed"]["upstream"] == ["collect"]
     assert snapshot["load"]["upstream"] == ["check_landed"]
@@ -150,9 +156,16 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
     assert dags[f"groupscope_snapshot_{deployment.cluster}"]["timetable"] == \
         "DeltaTriggerTimetable"
     live = dags[f"groupscope_live_{deployment.cluster}"]
-    assert live["timetable"] == "AssetOrTimeSchedule" and "live" in live["tags"]
+    assert live["timetable"] == "AssetTriggeredTimetable" and "live" in live["tags"]
     assert live["tasks"]["live_marts"]["operator"] == "LiveMartsOperator"
+    # A hung Spark job gives up within a few snapshot intervals (60 s floor), not 3 x 10 m.
+    assert live["tasks"]["live_marts"]["execution_timeout_s"] == 180  # 3 x 60 s snapshots
     assert live["tasks"]["evaluate_alerts"]["upstream"] == ["live_marts"]
+    # The rules' own cadence, which no Spark work can hold up.
+    alerts = dags[f"groupscope_alerts_{deployment.cluster}"]
+    assert alerts["timetable"] == "DeltaTriggerTimetable"
+    assert list(alerts["tasks"]) == ["evaluate_alerts"]
+    assert alerts["tasks"]["evaluate_alerts"]["upstream"] == []
 
     # Analytics triggered by landed snapshots (Assets) instead of a schedule.
     by_assets = deployment.harness("parse", GROUPSCOPE_ANALYTICS_SCHEDULE="assets")
@@ -251,11 +264,18 @@ def test_corrupt_landed_snapshot_stops_the_load_and_alerts(deployment: Deploymen
     assert "ExpectCompoundColumnsToBeUnique" in alert["text"]
     assert "ExpectColumnPairValuesAToBeGreaterThanB" in alert["text"]
     assert alert["labels"]["cluster"] == d.cluster
-    # Delivered to the webhook of the groupscope_alerts connection, whose URL is a secret.
-    assert alert["delivered"] is True
-    posted = d.webhook_received[-1]
-    assert posted["title"] == alert["title"] and bad.snapshot_id in posted["text"]
+    # The failure is an incident like any other: the alerts DAG's next evaluation sends it
+    # through the channels (here the webhook of the groupscope_alerts connection, whose URL
+    # is a secret).
+    evaluated = d.harness("test", f"groupscope_alerts_{d.cluster}")
+    assert evaluated["state"] == "success", evaluated["log"][-3000:]
+    posted = [b for b in d.webhook_received if "task check_landed" in b.get("text", "")]
+    assert len(posted) == 1, [b.get("text") for b in d.webhook_received]
+    assert posted[0]["text"].startswith(f"[FIRING] cluster {d.cluster}")
+    assert f"groupscope_snapshot_{d.cluster}.check_landed FAILED" in posted[0]["text"]
+    assert bad.snapshot_id in posted[0]["text"]
     assert "S3CRET-T0KEN" not in d.alert_log.read_text()
+    assert "S3CRET-T0KEN" not in evaluated["log"]
 
     with warehouse_engine.connect() as conn:
         kept = conn.execute(text(
@@ -304,12 +324,14 @@ def test_a_cluster_that_is_down_fails_alone(deployment: Deployment,
 @pytest.fixture
 def standalone(tmp_path: Path, kafka: KafkaCluster, postgres: LocalPostgres,
                spark_connect: SparkConnectServer, warehouse_engine: Any) -> Iterator[Deployment]:
+    webhook = WebhookCatcher()
+    webhook.start()
     # As deployed: the live DAG on the Spark Connect server (without it, a spark-submit per
     # snapshot would compete with the analytics DAG's for the two cores).
     # The analytics DAG's schedule is not due before 2028 (Feb 29, with catchup off): only the
     # REST-triggered run runs, instead of queueing behind the latest hour's scheduled run.
     d = _deployment(tmp_path, kafka, postgres, with_down_cluster=False, migrate=False,
-                    GROUPSCOPE_SNAPSHOT_EVERY_S="10",
+                    webhook=webhook, GROUPSCOPE_SNAPSHOT_EVERY_S="10",
                     GROUPSCOPE_ANALYTICS_SCHEDULE="0 0 29 2 *",
                     **dict([spark_connect_connection(spark_connect.url)]))
     d.airflow.start()
@@ -318,10 +340,11 @@ def standalone(tmp_path: Path, kafka: KafkaCluster, postgres: LocalPostgres,
         yield d
     finally:
         d.airflow.stop()
+        webhook.stop()
 
 
-def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deployment,
-                                                              warehouse_engine: Any) -> None:
+def test_scheduler_runs_snapshots_and_rest_triggers_analytics(
+        standalone: Deployment, warehouse_engine: Any, spark_connect: SparkConnectServer) -> None:
     d, airflow = standalone, standalone.airflow
     t0 = time.monotonic()
     snapshot_dag = f"groupscope_snapshot_{d.cluster}"
@@ -374,6 +397,34 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(standalone: Deploy
     assert loaded >= 2
     assert lag == [20]
     assert marts_checked is True
+
+    # The Spark Connect server frozen (as a hung JVM is: its port accepts, nothing answers).
+    # The alerts DAG, on its own cadence, still evaluates, and the channels hear that the
+    # analytics are stale within 3 minutes; live_marts gives up after its timeout (60 s with
+    # 10 s snapshots) instead of 3 x 10 minutes.
+    alerts_dag = f"groupscope_alerts_{d.cluster}"
+    assert any(r["state"] == "success" for r in airflow.dag_runs(alerts_dag))
+    frozen = time.monotonic()
+    spark_connect.send_signal(signal.SIGSTOP)
+    try:
+        stale = wait_until(lambda: [b for b in d.webhook_received
+                                    if "analytics STALE" in str(b.get("text"))], 180,
+                           "the analytics_stale notice while Spark Connect is frozen")
+        told = time.monotonic() - frozen
+        timed_out = wait_until(lambda: [r for r in airflow.dag_runs(live_dag)
+                                        if r["state"] == "failed"], 150,
+                               "the hung live run to give up")
+        gave_up = time.monotonic() - frozen
+    finally:
+        spark_connect.send_signal(signal.SIGCONT)
+    print(f"[{time.monotonic() - t0:5.0f} s] frozen Spark: told after {told:.0f} s, the live "
+          f"run gave up after {gave_up:.0f} s", flush=True)
+    assert stale[0]["text"].startswith(f"[FIRING] cluster {d.cluster}: analytics STALE")
+    assert stale[0]["rule"] == "analytics_stale" and timed_out
+    # Back: the live path computes again.
+    before = {r["dag_run_id"] for r in live_successes()}
+    wait_until(lambda: {r["dag_run_id"] for r in live_successes()} - before, 240,
+               "a live run after the thaw")
 
 
 def test_a_warehouse_that_is_down_loses_nothing(deployment: Deployment,
