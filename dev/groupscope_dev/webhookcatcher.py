@@ -7,6 +7,7 @@ play one that refuses (what it refuses is counted in ``refused``, not kept)."""
 
 from __future__ import annotations
 
+import html
 import json
 import threading
 from datetime import UTC, datetime
@@ -88,5 +89,7 @@ class WebhookCatcher:
                 out.write(json.dumps({"received": received.isoformat(), **body},
                                      ensure_ascii=False) + "\n")
             with (self.folder / "webhook.log").open("a", encoding="utf-8") as out:
+                # The text as a person reads it: groupscope escapes it for Slack (&amp; ...).
+                shown = html.unescape(str(body.get("text", json.dumps(body, ensure_ascii=False))))
                 out.write(f"--- {received:%Y-%m-%d %H:%M:%S}Z {body.get('kind', 'message')}\n"
-                          f"{body.get('text', json.dumps(body, ensure_ascii=False))}\n\n")
+                          f"{shown}\n\n")

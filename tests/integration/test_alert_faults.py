@@ -330,3 +330,26 @@ def test_a_channel_failing_past_its_max_age_is_given_up_and_told_by_the_others(
     refused = stack.webhook.refused
     stack.evaluate(700)
     assert stack.webhook.refused == refused
+
+
+def test_the_heartbeat_comes_every_interval_and_only_to_its_channels(stack: Stack) -> None:
+    stack.rules.write_text(stack.rules.read_text()
+                           + "heartbeat: {channels: [webhook], every: 5m}\n")
+    stack.seed(0, {"payments": 3})
+    for seconds in range(0, 601, 60):
+        stack.evaluate(seconds)
+    beats = [b for b in stack.webhook.bodies if b.get("kind") == "heartbeat"]
+    # At 0, 300 and 600 s: one per 5 minutes, while the group fires.
+    assert [b["evaluated_at"][11:19] for b in beats] == ["09:00:00", "09:05:00", "09:10:00"]
+    assert beats[0]["text"].startswith(f"[HEARTBEAT] groupscope is alive: the alert rules of "
+                                       f"cluster {stack.cluster} were evaluated at 09:00:00Z. "
+                                       "Firing now: 1 (STOPPED (")
+    assert "if it does not, groupscope itself is down" in beats[0]["text"]
+    assert all("HEARTBEAT" not in str(m["Subject"]) for m in stack.mail.mails())
+    # A heartbeat that fails is tried again at the next evaluation, and is never owed.
+    stack.webhook.answer = 500
+    stack.evaluate(900)
+    stack.webhook.answer = 200
+    stack.evaluate(960)
+    beats = [b for b in stack.webhook.bodies if b.get("kind") == "heartbeat"]
+    assert [b["evaluated_at"][11:19] for b in beats][-1] == "09:16:00"
