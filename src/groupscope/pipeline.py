@@ -401,7 +401,7 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
 
     ``unavailable``: channels whose connection cannot be read right now (why): their
     deliveries are owed and retried. ``missing``: channels whose connection is not defined
-    (why); one of them that was owed anything within ``delivery_max_age`` is taken as
+    (why); one of them that delivered anything within ``delivery_max_age`` is taken as
     unavailable too (Airflow reports a secrets backend that fails as "not defined"), so a
     lookup that fails at the evaluation where a rule fires loses nothing. ``rules_error``: the
     rules file is invalid and ``rules`` are the last valid ones (the ``rules_invalid``
@@ -425,7 +425,7 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
                 recent = set(conn.execute(text(
                     "SELECT DISTINCT d.channel FROM ops.alert_deliveries d JOIN"
                     " ops.alert_incidents i USING (incident_id) WHERE i.cluster = :c"
-                    " AND d.created_at > :since"),
+                    " AND d.sent_at > :since"),
                     {"c": cluster, "since": now - rules.delivery_max_age}).scalars())
                 unavailable.update({name: f"channel {name}: {why} (it was used before: "
                                     "taken as a lookup failure, retried)"

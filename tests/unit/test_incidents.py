@@ -408,3 +408,13 @@ def test_a_resolved_stop_says_what_it_was_and_how_things_are_now(tmp_path: Path)
     text = single(Undelivered(resolved, "resolved", "webhook", 0), "http://g").text
     assert "STOPPED is over after 1 m 40 s" in text, text
     assert "Now: lag 9 records, 3 member(s), status OK." in text, text
+
+
+def test_an_unknown_that_counts_as_alerting_reads_as_unknown_not_nan(tmp_path: Path) -> None:
+    run = Run(on_unknown_rules(tmp_path, "alerting"))
+    gap = unknown("group_status_err", "prod", "payments", "no data")
+    assert run.at(0, gap) == ["firing group_err payments"]
+    [incident] = run.open.values()
+    [(message, _)] = messages([Undelivered(incident, "firing", "webhook", 0)], "http://g")
+    assert message.payload()["value"] is None
+    assert "nan" not in message.text.lower()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -229,7 +230,10 @@ def _step(incident: Incident | None, holds: bool, obs: Observation, effective: A
             evaluated_at=now, value=obs.value, threshold=effective.threshold,
             details=_details(obs), labels=dict(effective.labels),
             runbook=effective.runbook)
-    incident = replace(incident, last_seen_at=now, evaluated_at=now, value=obs.value,
+    # An unknown value that counts as holding (on_unknown: alerting) keeps the last known one.
+    value = incident.value if obs.unknown is not None and not math.isnan(incident.value) \
+        else obs.value
+    incident = replace(incident, last_seen_at=now, evaluated_at=now, value=value,
                        threshold=effective.threshold, severity=effective.severity,
                        details=_details(obs, incident), labels=dict(effective.labels),
                        runbook=effective.runbook)

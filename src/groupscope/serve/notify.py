@@ -20,6 +20,7 @@ Texts say what is wrong, how long, how bad, and what to open next::
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -41,7 +42,7 @@ OVERVIEW_DASHBOARD = "/d/groupscope-overview/overview"
 
 def duration(seconds: float | None) -> str:
     """``1 m 10 s``, ``2 h 5 m``, ``45 s``."""
-    if seconds is None:
+    if seconds is None or math.isnan(seconds):
         return "?"
     total = round(max(seconds, 0.0))
     days, rest = divmod(total, 86400)
@@ -57,7 +58,9 @@ def duration(seconds: float | None) -> str:
 
 
 def _count(value: Any) -> str:
-    return f"{int(value):,}" if value is not None else "?"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "?"
+    return f"{int(value):,}"
 
 
 def _clock(iso: str | None) -> str:
@@ -201,7 +204,8 @@ def incident_fields(incident: Incident, notification: str, dashboard: str) -> di
         "dedup_key": f"{incident.incident_id}:{notification}",
         "state": incident.state, "rule": incident.rule, "severity": incident.severity,
         "cluster": incident.cluster, "group": incident.group_id or None,
-        "topic": incident.topic or None, "value": incident.value,
+        "topic": incident.topic or None,
+        "value": None if math.isnan(incident.value) else incident.value,  # unknown: null
         "threshold": incident.threshold, "since": incident.started_at.isoformat(),
         "firing_since": incident.firing_at.isoformat() if incident.firing_at else None,
         "resolved_at": incident.resolved_at.isoformat() if incident.resolved_at else None,
