@@ -189,14 +189,15 @@ class AnalyticsJobOperator(SparkSubmitOperator):
         if remote is None:
             yield None
             return
-        from groupscope.analyze.io import session
+        from groupscope.analyze.io import bounded, session
 
         self.log.info("on Spark Connect (connection %s)", self.connect_conn_id)
         spark = session(name, remote=remote)
         try:
             yield spark
         finally:
-            spark.stop()
+            # Bounded: after a timeout on a hung server, stop() would hang the task forever.
+            bounded(spark.stop, 30.0, "session stop")
 
     def submit_interval(self, context: Any, start: datetime, end: datetime) -> None:
         """spark-submit of the job over [start, end)."""
@@ -231,26 +232,46 @@ class LiveMartsOperator(AnalyticsJobOperator):
 
         now = datetime.now(UTC)
         warehouse = warehouse_url(self.warehouse_conn_id)
-        with self.connect_session(f"groupscope-live-{self.cluster}") as spark:
-            if spark is not None:
-                self.log.info("live marts of cluster %s", self.cluster)
-                summary = pipeline.live_analytics(spark, warehouse, self.landing, self.cluster,
-                                                  now)
-        if spark is None:
-            self.log.info("no %s connection: the lag job through spark-submit (connection %s)",
-                          self.connect_conn_id, self._conn_id)
-            summary = {"cluster": self.cluster, "start": None, "end": None, "snapshots": 0,
-                       "rows": {}}
-            found = pipeline.live_interval(warehouse, self.cluster)
-            if found is not None:
-                start, end, snapshots = found
-                self.submit_interval(context, start, end)
-                pipeline.record_live(warehouse, self.cluster, end, now)
-                summary = {"cluster": self.cluster, "start": start.isoformat(),
-                           "end": end.isoformat(), "snapshots": snapshots,
-                           "rows": pipeline.live_rows(warehouse, self.cluster, start, end)}
+        remote = spark_connect_url(self.connect_conn_id) if self.connect_conn_id else None
+        if remote is not None:
+            summary = self.on_connect(remote, warehouse, now)
+            self.log.info("live marts: %s", summary)
+            return summary
+        self.log.info("no %s connection: the lag job through spark-submit (connection %s)",
+                      self.connect_conn_id, self._conn_id)
+        summary = {"cluster": self.cluster, "start": None, "end": None, "snapshots": 0,
+                   "rows": {}}
+        found = pipeline.live_interval(warehouse, self.cluster)
+        if found is not None:
+            start, end, snapshots = found
+            self.submit_interval(context, start, end)
+            pipeline.record_live(warehouse, self.cluster, end, now)
+            summary = {"cluster": self.cluster, "start": start.isoformat(),
+                       "end": end.isoformat(), "snapshots": snapshots,
+                       "rows": pipeline.live_rows(warehouse, self.cluster, start, end)}
         self.log.info("live marts: %s", summary)
         return summary
+
+    def on_connect(self, remote: str, warehouse: str, now: datetime) -> dict[str, Any]:
+        """The live marts on the Spark Connect server, in a child process that is killed when
+        it runs past the task's timeout (less a margin): a hung server fails this task in
+        time, and the next snapshot's run computes what this one missed."""
+        from groupscope import pipeline
+        from groupscope.analyze.io import in_child_process, session
+
+        def work() -> dict[str, Any]:
+            spark = session(f"groupscope-live-{self.cluster}", remote=remote)
+            try:
+                return pipeline.live_analytics(spark, warehouse, self.landing, self.cluster,
+                                               now)
+            finally:
+                spark.stop()
+
+        timeout = self.execution_timeout or timedelta(minutes=10)
+        self.log.info("live marts of cluster %s on Spark Connect (connection %s)",
+                      self.cluster, self.connect_conn_id)
+        return dict(in_child_process(work, max(timeout.total_seconds() - 10, 10),
+                                     f"the live marts of cluster {self.cluster}"))
 
 
 def spark_connect_url(conn_id: str) -> str | None:

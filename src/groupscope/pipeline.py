@@ -350,10 +350,12 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
         return {"cluster": cluster, "start": None, "end": None, "snapshots": 0, "rows": {}}
     start, end, snapshots = found
     job = JobArgs(landing, cluster, Interval(start, end), warehouse_url, timedelta(0))
+    from groupscope.analyze.io import bounded
+
     try:
         written = analytics(spark, job, "lag")
     finally:
-        spark.catalog.clearCache()
+        bounded(spark.catalog.clearCache, 30.0, "clearCache")
     record_live(warehouse_url, cluster, end, now)
     return {"cluster": cluster, "start": start.isoformat(), "end": end.isoformat(),
             "snapshots": snapshots, "rows": written}

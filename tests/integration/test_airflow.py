@@ -269,11 +269,13 @@ def test_corrupt_landed_snapshot_stops_the_load_and_alerts(deployment: Deploymen
     # is a secret).
     evaluated = d.harness("test", f"groupscope_alerts_{d.cluster}")
     assert evaluated["state"] == "success", evaluated["log"][-3000:]
-    posted = [b for b in d.webhook_received if "task check_landed" in b.get("text", "")]
+    posted = [b for b in d.webhook_received if "check_landed FAILED" in b.get("text", "")]
     assert len(posted) == 1, [b.get("text") for b in d.webhook_received]
-    assert posted[0]["text"].startswith(f"[FIRING] cluster {d.cluster}")
-    assert f"groupscope_snapshot_{d.cluster}.check_landed FAILED" in posted[0]["text"]
-    assert bad.snapshot_id in posted[0]["text"]
+    text_ = posted[0]["text"]
+    assert text_.startswith(f"[FIRING] cluster {d.cluster}")
+    assert f"task groupscope_snapshot_{d.cluster}.check_landed FAILED" in text_
+    assert f"Task check_landed of DAG groupscope_snapshot_{d.cluster} failed" in text_
+    assert bad.snapshot_id in text_
     assert "S3CRET-T0KEN" not in d.alert_log.read_text()
     assert "S3CRET-T0KEN" not in evaluated["log"]
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafkautil import wait_until
 
 from groupscope.analyze import submit
@@ -74,3 +75,19 @@ def test_a_long_lived_session_keeps_only_recent_query_history(spark: Any) -> Non
                "Spark to trim its query history to 20 SQL executions and 50 jobs")
     assert sql_store.executionsCount() <= 20
     assert kept_jobs() <= 50
+
+
+def test_work_in_a_child_process_is_stopped_when_it_hangs() -> None:
+    """A hung Spark Connect call cannot be interrupted for good inside a process; a child
+    process can be killed: the caller gets its answer in time, whatever the child does."""
+    import time
+
+    from groupscope.analyze.io import HungSpark, in_child_process
+
+    assert in_child_process(lambda: {"rows": 3}, 30, "quick") == {"rows": 3}
+    started = time.monotonic()
+    with pytest.raises(HungSpark, match="hangs did not finish within 1 s"):
+        in_child_process(lambda: time.sleep(120), 1, "hangs")
+    assert time.monotonic() - started < 30
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        in_child_process(lambda: 1 // 0, 30, "fails")

@@ -3,6 +3,9 @@ after is pure DataFrame -> DataFrame; the pipeline writes the results to the war
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -10,6 +13,8 @@ from typing import Any
 
 from groupscope.contract import layout
 from groupscope.contract.tables import SCHEMAS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,79 @@ def session(app: str, master: str | None = None, cores: int = 2,
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def bounded(call: Callable[[], object], timeout_s: float, what: str) -> bool:
+    """Runs ``call`` (a cleanup call to a Spark Connect server: clearCache, stop) for at most
+    ``timeout_s``; False when it did not return in time, and it is left behind in a daemon
+    thread. A server that hangs answers no call: after a task's timeout interrupted the work,
+    an unbounded cleanup call would hold the task forever (seen: a live_marts timed out at
+    60 s, then hung in its cleanup while the server was frozen)."""
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # reported below; never raised past the cleanup
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"spark-{what}", daemon=True).start()
+    if not done.wait(timeout_s):
+        log.warning("Spark %s did not return within %.0f s (the server does not answer); "
+                    "left behind", what, timeout_s)
+        return False
+    if failure:
+        log.warning("Spark %s failed: %s", what, type(failure[0]).__name__)
+    return not failure
+
+
+class HungSpark(TimeoutError):
+    """Spark work that did not finish in its time; its process was killed."""
+
+
+def in_child_process(work: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """``work()`` in a forked child process, killed when it runs past ``timeout_s``
+    (``HungSpark``); its result (picklable) or its error comes back. A call into a Spark
+    Connect server that hangs cannot be interrupted for good inside a process: the timeout's
+    exception is followed by cleanup calls that hang too, and by the Connect client's exit
+    handlers. Killing a child bounds the time for sure. ``work`` starts its own session (a
+    Spark session does not survive a fork)."""
+    import multiprocessing
+    import traceback
+
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", work()))
+        except BaseException as exc:
+            send.send(("error", f"{type(exc).__name__}: {exc}",
+                       "".join(traceback.format_exception(exc))[-4000:]))
+        finally:
+            send.close()
+
+    process = context.Process(target=child, name=what, daemon=True)
+    process.start()
+    send.close()
+    try:
+        if not receive.poll(timeout_s):
+            raise HungSpark(f"{what} did not finish within {timeout_s:.0f} s and was stopped "
+                            "(the Spark Connect server does not answer, or is too slow)")
+        outcome = receive.recv()
+    except EOFError:
+        outcome = ("error", f"{what} died (exit code {process.exitcode})", "")
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(10)
+    if outcome[0] == "ok":
+        return outcome[1]
+    log.error("%s failed:\n%s", what, outcome[2])
+    raise RuntimeError(outcome[1])
 
 
 def landed_files(root: Path, table: str, cluster: str, start: datetime,

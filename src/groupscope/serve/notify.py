@@ -339,7 +339,9 @@ def messages(items: Iterable[Undelivered], dashboard: str) -> list[tuple[Message
         batch = kinds.get(tag, [])
         if not batch:
             continue
-        subjects = {(i.incident.cluster, i.incident.group_id) for i in batch}
+        # A subject: a group, or the cluster's collector; groupscope's own tasks and channels
+        # (named in the topic) are subjects apart, so each keeps its detail line.
+        subjects = {(i.incident.cluster, i.incident.group_id, i.incident.topic) for i in batch}
         if len(subjects) == 1:  # one group (or the collector): its message, all its rules
             ordered = sorted(batch, key=_importance)
             message = single(ordered[0], dashboard, also=ordered[1:], fired_too=fired_too)
