@@ -167,10 +167,12 @@ def detail_lines(incident: Incident) -> list[str]:
         return [f"Suite {s['suite']} failed on {s['subject']} ({s['failed']} expectation(s))."
                 for s in suites] or ["A quality suite failed; see ops.quality_results."]
     if condition == "analytics_stale":
+        computed = (f"computed through {_clock(d['computed_through'])}"
+                    if d.get("computed_through") else "no live run has computed any yet")
         return [f"The newest status rows are {duration(d.get('behind_s'))} behind the newest "
-                f"snapshot ({_clock(d.get('newest_snapshot'))}; computed through "
-                f"{_clock(d.get('computed_through'))}): {incident.value:.1f} snapshot intervals "
-                f"of {duration(d.get('snapshot_every_s'))}, threshold {incident.threshold:g}.",
+                f"snapshot ({_clock(d.get('newest_snapshot'))}; {computed}): "
+                f"{incident.value:.1f} snapshot intervals of "
+                f"{duration(d.get('snapshot_every_s'))}, threshold {incident.threshold:g}.",
                 "Until they catch up, no group alert can fire or resolve: every group's value "
                 "is unknown. Check the live DAG's live_marts task and the Spark Connect server."]
     if condition == "task_failed":
