@@ -102,7 +102,7 @@ class GroupscopeAlertNotifier(BaseNotifier):
     the channels of the warehouse outage itself."""
 
     def notify(self, context: Any) -> None:
-        from groupscope.serve.alerts import Alert, send
+        from groupscope.serve.alerting.alerts import Alert, send
 
         ti = context["ti"]
         exception = context.get("exception")

@@ -1,8 +1,8 @@
 """Airflow glue for alerting: the ``evaluate_alerts`` task, which checks the alert rules
 (``GROUPSCOPE_ALERT_RULES`` on top of the built-in ones; a bad file: the last valid rules, and
 an incident) against a cluster's newest marts and sends what the incidents owe through the
-channels that have an Airflow connection (``groupscope.serve.airflow_channels``). The work is
-``groupscope.pipeline.evaluate_alerts``.
+channels that have an Airflow connection (``groupscope.serve.alerting.airflow_channels``). The
+work is ``groupscope.pipeline.alert_cycle``.
 
 The task runs in two places: after ``live_marts`` in the live DAG (an alert as soon as a
 snapshot's status is computed), and on its own cadence in the alerts DAG, so that a hung or
@@ -30,7 +30,7 @@ def evaluate_alerts(cluster: str) -> Any:
     @task(task_id="evaluate_alerts")
     def evaluate() -> dict[str, Any]:
         from groupscope import pipeline
-        from groupscope.serve.airflow_channels import build_channels
+        from groupscope.serve.alerting.airflow_channels import build_channels
 
         fallback = reveal(SETTINGS.alert_webhook_url)
         return pipeline.alert_cycle(warehouse_url, cluster, SETTINGS.alert_rules,

@@ -453,8 +453,8 @@ def _grafana_provisioning(folder: Path, warehouse_url: str, every_s: float) -> P
 
     from sqlalchemy.engine import make_url
 
+    from groupscope.serve.alerting.rules import load_rules
     from groupscope.serve.grafana.provision import Warehouse, write_tree
-    from groupscope.serve.rules import load_rules
 
     url = make_url(warehouse_url)
     write_tree(folder, load_rules(None),
@@ -560,9 +560,9 @@ class _StatusPrinter:
         """The runs per DAG, the warehouse, open incidents and task failures on one line, then
         the groups."""
         from groupscope import warehouse
-        from groupscope.serve import incidents
-        from groupscope.serve.alerts import read_log
-        from groupscope.serve.notify import headline
+        from groupscope.serve.alerting import incidents
+        from groupscope.serve.alerting.alerts import read_log
+        from groupscope.serve.alerting.notify import headline
         from groupscope_dev.runstatus import read_groups, render_groups
 
         parts = [_now()]
@@ -605,7 +605,7 @@ class _StatusPrinter:
         return " | ".join(parts) + groups
 
     def summary(self, mails: int, dashboards: list[str]) -> str:
-        from groupscope.serve.incidents import incidents_since
+        from groupscope.serve.alerting.incidents import incidents_since
         from groupscope_dev.runstatus import render_summary
 
         try:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from groupscope.serve.notify import duration
+from groupscope.serve.alerting.notify import duration
 
 TREND_OVER = timedelta(minutes=5)  # "lag 12,100 -> 34,800 in 5 m"
 EMPTY_LOOKBACK = timedelta(days=1)  # how far back "Empty since" looks
@@ -286,8 +286,8 @@ def read_notifications(conn: Any, seen: set[tuple[str, str, str, str]],
                        since: datetime) -> list[Sent]:
     """The notifications owed since ``since`` whose delivery outcome (sent, or failed) is
     new to ``seen`` (updated in place), one ``Sent`` per incident and notification."""
-    from groupscope.serve.incidents import Incident, incidents_since
-    from groupscope.serve.notify import headline
+    from groupscope.serve.alerting.incidents import Incident, incidents_since
+    from groupscope.serve.alerting.notify import headline
 
     new = [r for r in conn.execute(_DELIVERIES, {"since": since}).mappings()
            if (r["incident_id"], r["notification"], r["channel"], r["state"]) not in seen]
@@ -329,11 +329,11 @@ def render_summary(snapshots: int, started: datetime, ended: datetime,
                    incidents: Sequence[Any], notifications: int, mails: int,
                    where: dict[str, str], dashboards: Sequence[str]) -> str:
     """What happened during the run, and where to look next."""
-    from groupscope.serve.notify import headline
+    from groupscope.serve.alerting.notify import headline
 
     lines = ["", f"groupscope ran for {duration((ended - started).total_seconds())}: "
              f"{snapshots} snapshot{'s' if snapshots != 1 else ''} in the warehouse."]
-    from groupscope.serve.incidents import INHIBITED
+    from groupscope.serve.alerting.incidents import INHIBITED
 
     fired = [i for i in incidents if i.firing_at is not None and not i.details.get(INHIBITED)]
     held = len([i for i in incidents if i.details.get(INHIBITED)])

@@ -387,7 +387,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 
 def _rules(path: str | None) -> Any:
-    from groupscope.serve.rules import RulesError, load_rules
+    from groupscope.serve.alerting.rules import RulesError, load_rules
 
     try:
         return load_rules(Path(path) if path else None)
@@ -396,7 +396,7 @@ def _rules(path: str | None) -> Any:
 
 
 def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
-    from groupscope.serve.notify import duration
+    from groupscope.serve.alerting.notify import duration
 
     rules = _rules(args.file)
     print(f"{args.file}: OK: {len(rules.rules)} rules, {len(rules.channels)} channels, "
@@ -413,8 +413,8 @@ def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
 
 def cmd_alerts_list(args: argparse.Namespace) -> int:
     from groupscope import warehouse
-    from groupscope.serve import incidents
-    from groupscope.serve.notify import duration, headline
+    from groupscope.serve.alerting import incidents
+    from groupscope.serve.alerting.notify import duration, headline
 
     if not args.url:
         raise CliError("no warehouse: give --url or set WAREHOUSE_URL", EXIT_USAGE)
@@ -447,8 +447,8 @@ def cmd_alerts_list(args: argparse.Namespace) -> int:
 
 
 def cmd_alerts_test(args: argparse.Namespace) -> int:
-    from groupscope.serve.airflow_channels import build_channels
-    from groupscope.serve.channels import ChannelError, Message
+    from groupscope.serve.alerting.airflow_channels import build_channels
+    from groupscope.serve.alerting.channels import ChannelError, Message
 
     settings = load_settings()
     rules = _rules(args.rules or (str(settings.alert_rules) if settings.alert_rules else None))

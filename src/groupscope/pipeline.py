@@ -27,8 +27,8 @@ from groupscope.settings import SettingsError, load_settings, reveal
 
 if TYPE_CHECKING:
     from groupscope.analyze.jobs import JobArgs
-    from groupscope.serve.channels import Channel
-    from groupscope.serve.rules import RuleSet
+    from groupscope.serve.alerting.channels import Channel
+    from groupscope.serve.alerting.rules import RuleSet
 
 log = logging.getLogger(__name__)
 
@@ -263,71 +263,38 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
 # The live path computes at most this much after downtime (the newest snapshots first); what is
 # older is the hourly lag job's (it recomputes every hour whole, gaps included).
 LIVE_MAX_SPAN = timedelta(hours=1)
-_LIVE_EPSILON = timedelta(microseconds=1)  # the timestamps' resolution (Parquet, PostgreSQL)
 LAG_MARTS = ("partition_lag", "member_lag", "topic_lag", "group_lag", "cluster_lag",
              "partition_status", "group_status")
 
 
 def live_interval(warehouse_url: str, cluster: str) -> tuple[datetime, datetime, int] | None:
     """The interval the next live run computes, as (start, end, loaded snapshots in it), or
-    None when no snapshot was loaded since the last one: from the first loaded snapshot at or
-    after the watermark (``ops.live_analytics.computed_through``) to just after the newest
-    loaded one, starting no earlier than ``LIVE_MAX_SPAN`` before the newest.
-
-    The watermark is kept in a table of its own rather than derived from the marts: the
-    hourly lag job writes the same marts (so their newest row says nothing of what the live
-    path did), and a snapshot with no committed partition has no mart rows at all (derived
-    from them, it would be recomputed at every run). A snapshot loaded late, with a time
-    before the watermark, is left to the hourly lag job."""
-    from sqlalchemy import text
-
+    None when no snapshot was loaded since the last one (``warehouse.live.next_interval``,
+    starting no earlier than ``LIVE_MAX_SPAN`` before the newest)."""
     from groupscope import warehouse
+    from groupscope.warehouse import live
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
-        newest = conn.execute(text("SELECT max(snapshot_ts) FROM raw.snapshots"
-                                   " WHERE cluster = :c"), {"c": cluster}).scalar_one()
-        if newest is None:
-            return None
-        through = conn.execute(text("SELECT computed_through FROM ops.live_analytics"
-                                    " WHERE cluster = :c"), {"c": cluster}).scalar_one_or_none()
-        if through is not None and newest < through:
-            return None
-        since = newest - LIVE_MAX_SPAN
-        if through is not None:
-            since = max(since, through)
-        first, count = conn.execute(text(
-            "SELECT min(snapshot_ts), count(*) FROM raw.snapshots WHERE cluster = :c"
-            " AND snapshot_ts >= :since AND snapshot_ts <= :newest"),
-            {"c": cluster, "since": since, "newest": newest}).one()
-    return first, newest + _LIVE_EPSILON, int(count)
+        return live.next_interval(conn, cluster, LIVE_MAX_SPAN)
 
 
 def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> None:
-    """Moves the live watermark to ``end`` (never back: a late run does not undo a newer)."""
-    from sqlalchemy import text
-
+    """Moves the live watermark to ``end`` (never back)."""
     from groupscope import warehouse
+    from groupscope.warehouse import live
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
-        conn.execute(text(
-            "INSERT INTO ops.live_analytics (cluster, computed_through, computed_at)"
-            " VALUES (:c, :end, :now) ON CONFLICT (cluster) DO UPDATE SET computed_through ="
-            " greatest(ops.live_analytics.computed_through, excluded.computed_through),"
-            " computed_at = excluded.computed_at"), {"c": cluster, "end": end, "now": now})
+        live.record(conn, cluster, end, now)
 
 
 def live_rows(warehouse_url: str, cluster: str, start: datetime,
               end: datetime) -> dict[str, int]:
     """The lag marts' rows of [start, end) (what a live run wrote, when its job ran apart)."""
-    from sqlalchemy import text
-
     from groupscope import warehouse
+    from groupscope.warehouse import live
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
-        return {table: int(conn.execute(text(
-            f"SELECT count(*) FROM mart.{table} WHERE cluster = :c"
-            " AND snapshot_ts >= :start AND snapshot_ts < :end"),
-            {"c": cluster, "start": start, "end": end}).scalar_one()) for table in LAG_MARTS}
+        return live.rows_in(conn, cluster, start, end, LAG_MARTS)
 
 
 def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
@@ -411,7 +378,7 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
     from sqlalchemy import text
 
     from groupscope import warehouse
-    from groupscope.serve import conditions, incidents, notify
+    from groupscope.serve.alerting import conditions, incidents, notify
 
     unavailable = dict(unavailable or {})
     key = {"key": f"groupscope-alerts:{cluster}"}
@@ -494,25 +461,25 @@ class _DeliveryLog:
         self.conn, self.now = conn, now
 
     def sent(self, items: list[Any]) -> None:
-        from groupscope.serve import incidents
+        from groupscope.serve.alerting import incidents
 
         with self.conn.begin():
             incidents.record_delivery(self.conn, items, self.now, None)
 
     def failed(self, items: list[Any], error: str, retry_at: datetime) -> None:
-        from groupscope.serve import incidents
+        from groupscope.serve.alerting import incidents
 
         with self.conn.begin():
             incidents.record_delivery(self.conn, items, self.now, error, retry_at)
 
     def given_up(self, items: list[Any], why: str) -> None:
-        from groupscope.serve import incidents
+        from groupscope.serve.alerting import incidents
 
         with self.conn.begin():
             incidents.give_up(self.conn, items, self.now, why)
 
     def dropped(self, items: list[Any], why: str) -> None:
-        from groupscope.serve import incidents
+        from groupscope.serve.alerting import incidents
 
         with self.conn.begin():
             incidents.drop(self.conn, items, self.now, why)
@@ -525,7 +492,7 @@ def _heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], clust
     Watchdog). A failed heartbeat is tried again at the next evaluation, never owed."""
     from sqlalchemy import text
 
-    from groupscope.serve import incidents, notify
+    from groupscope.serve.alerting import incidents, notify
 
     beat = rules.heartbeat
     if beat is None:
@@ -561,7 +528,7 @@ def alert_rules(warehouse_url: str, path: Path | None, now: datetime) -> Any:
     error, which the ``rules_invalid`` condition turns into an incident. Never fails on a bad
     file: a bad file must not stop alerting."""
     from groupscope import warehouse
-    from groupscope.serve import rules_store
+    from groupscope.serve.alerting import rules_store
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
         return rules_store.rules_in_use(conn, path, now)
@@ -603,7 +570,7 @@ def warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: P
     cluster under ``state_dir`` (the alert log's folder). Returns the outcome per channel."""
     import json
 
-    from groupscope.serve import notify
+    from groupscope.serve.alerting import notify
 
     state_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.json"
     try:
@@ -649,7 +616,7 @@ def alert_cycle(warehouse_url: Callable[[], str], cluster: str, rules_path: Path
     warehouse outage told, then ``evaluate_alerts``. When the warehouse cannot be reached, every
     channel is told (once per outage, ``warehouse_outage``) and ``StageFailed`` is raised.
     ``now`` None: the evaluation takes the time once it holds the cluster's lock."""
-    from groupscope.serve.rules import RulesError, builtin_rules, load_rules
+    from groupscope.serve.alerting.rules import RulesError, builtin_rules, load_rules
 
     started = now or datetime.now(UTC)
     try:

@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     kafka_connections: str = ""
     alert_log: Path = Field(default_factory=_default_alert_log)
     alert_webhook_url: SecretStr | None = None
-    # The alert rules file (YAML, groupscope.serve.rules); unset: the built-in rules alone.
+    # The alert rules file (YAML, groupscope.serve.alerting.rules); unset: the built-in rules alone.
     alert_rules: Path | None = None
     # Grafana's base URL, for the dashboard links in alert messages.
     dashboard_url: str = "http://localhost:3000"

@@ -31,7 +31,7 @@ from sqlalchemy import text
 from groupscope.collect.collector import take_snapshot
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.pipeline import land_snapshot as land
-from groupscope.serve.alerts import read_log
+from groupscope.serve.alerting.alerts import read_log
 from groupscope_dev.airflow import (
     LocalAirflow,
     connection_env,

@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy import text
 
 from groupscope import pipeline, warehouse
-from groupscope.serve.airflow_channels import build_channels
+from groupscope.serve.alerting.airflow_channels import build_channels
 from groupscope.warehouse.partitions import create_partitions
 from groupscope_dev.mailcatcher import MailCatcher
 from groupscope_dev.ports import free_ports

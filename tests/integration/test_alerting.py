@@ -42,8 +42,8 @@ from kafkautil import create_topic, produce_counts, wait_until
 from pipeline_loop import Loop
 from sqlalchemy import text
 
-from groupscope.serve.airflow_channels import build_channels
-from groupscope.serve.rules import load_rules
+from groupscope.serve.alerting.airflow_channels import build_channels
+from groupscope.serve.alerting.rules import load_rules
 from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION
 from groupscope_dev.mailcatcher import MailCatcher
 from groupscope_dev.webhookcatcher import WebhookCatcher

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import airflow.providers.slack.notifications.slack_webhook  # noqa: F401
 import pytest
 
-from groupscope.serve.airflow_channels import SlackChannel
-from groupscope.serve.channels import ChannelError, Message, WebhookChannel, post_json
+from groupscope.serve.alerting.airflow_channels import SlackChannel
+from groupscope.serve.alerting.channels import ChannelError, Message, WebhookChannel, post_json
 from groupscope_dev.webhookcatcher import WebhookCatcher
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from kafkautil import take_snapshot, wait_until
 from pipeline_loop import Loop
 
 from groupscope.contract.model import GroupType, Snapshot, TopicPartition
-from groupscope.serve.airflow_channels import build_channels
-from groupscope.serve.rules import load_rules
+from groupscope.serve.alerting.airflow_channels import build_channels
+from groupscope.serve.alerting.rules import load_rules
 from groupscope.simulate.whatif import what_if
 from groupscope.warehouse import connect
 from groupscope_dev.demo import (

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from groupscope.cli import main
+from groupscope.serve.alerting.rules import load_rules
 from groupscope.serve.grafana import DASHBOARDS, DATASOURCE_UID, FOLDER_UID, READER_ROLE
 from groupscope.serve.grafana.alerting import RULE_LABEL, api_rules, is_groupscope_route
-from groupscope.serve.rules import load_rules
 
 TOKEN = "glsa_test-token-4f9c2e"
 READER_PASSWORD = "reader-pw-71ab"

@@ -30,10 +30,10 @@ from psycopg import errors
 from groupscope import pipeline, warehouse
 from groupscope.analyze.io import Interval
 from groupscope.analyze.jobs import JobArgs
+from groupscope.serve.alerting.rules import load_rules
 from groupscope.serve.grafana import READER_ROLE
 from groupscope.serve.grafana.dashboards import build_all
 from groupscope.serve.grafana.macros import expand
-from groupscope.serve.rules import load_rules
 from groupscope_dev.kafka import KafkaCluster
 from groupscope_dev.postgres import LocalPostgres
 
@@ -408,8 +408,8 @@ def test_reader_role_is_rerunnable_and_new_views_are_readable(filled: Filled,
 def test_grafana_alert_conditions_equal_groupscopes_own(filled: Filled) -> None:
     """serve.alert_conditions (what the exported Grafana rules read) gives every group and
     cluster condition the value groupscope's own alert evaluation computes
-    (groupscope.serve.conditions.observe), so the two alerting paths cannot drift apart."""
-    from groupscope.serve.conditions import CLUSTER_CONDITIONS, GROUP_CONDITIONS, observe
+    (groupscope.serve.alerting.conditions.observe), so the two alerting paths cannot drift apart."""
+    from groupscope.serve.alerting.conditions import CLUSTER_CONDITIONS, GROUP_CONDITIONS, observe
 
     engine = warehouse.engine_for(filled.url)
     try:

@@ -1,4 +1,4 @@
-"""The last valid rules file in the warehouse (groupscope.serve.rules_store, table
+"""The last valid rules file in the warehouse (groupscope.serve.alerting.rules_store, table
 ops.alert_rules_valid) against a real PostgreSQL: a valid file is stored as read; a bad file
 written over it, or the file deleted, leaves the stored rules in use with the file's error;
 without a stored text a bad file falls back to the built-in rules. Never an exception."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from groupscope.serve.rules import builtin_rules
-from groupscope.serve.rules_store import RulesInUse, rules_in_use
+from groupscope.serve.alerting.rules import builtin_rules
+from groupscope.serve.alerting.rules_store import RulesInUse, rules_in_use
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,8 @@
-"""Alert rules (groupscope.serve.rules): the built-ins load and validate; a file replaces and
-adds rules; overrides by cluster and group regex, the later winning field by field; routing
+"""Alert rules (groupscope.serve.alerting.rules): the built-ins load and validate; a file replaces
+and adds rules; overrides by cluster and group regex, the later winning field by field; routing
 by severity and labels; what an unknown value means, delivery retries and the heartbeat; and
-every bad file, a 400-digit number or a hostile document included, is one line naming the
-file, the rule and the field."""
+every bad file, a 400-digit number or a hostile document included, is one line naming the file,
+the rule and the field."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from groupscope.serve.rules import (
+from groupscope.serve.alerting.rules import (
     CLUSTER_CONDITIONS,
     CONDITIONS,
     MAX_DEPTH,
@@ -36,7 +36,7 @@ BUILTINS = {  # name: (condition, severity, threshold, for)
     "collector_stale": ("collector_stale", "critical", 3, timedelta(0)),
     "snapshot_incomplete": ("snapshot_incomplete", "critical", 3, timedelta(0)),
     "quality_gate_failed": ("quality_gate_failed", "critical", 0, timedelta(0)),
-    "analytics_stale": ("analytics_stale", "critical", 3, timedelta(0)),
+    "analytics_stale": ("analytics_stale", "critical", 3, timedelta(minutes=1)),
     "task_failed": ("task_failed", "critical", 0, timedelta(0)),
     "channel_failing": ("channel_failing", "critical", 300, timedelta(0)),
     "rules_invalid": ("rules_invalid", "critical", 0, timedelta(0)),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from groupscope.serve.alerts import Alert, read_log, send
+from groupscope.serve.alerting.alerts import Alert, read_log, send
 
 ALERT = Alert("critical", "groupscope_snapshot_prod: task collect failed",
               "snapshot of cluster 'prod' failed: unavailable", datetime(2026, 11, 21, tzinfo=UTC),

@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from groupscope.serve.channels import ChannelError, first_line, post_json, scrub, slack_escape
+from groupscope.serve.alerting.channels import (
+    ChannelError,
+    first_line,
+    post_json,
+    scrub,
+    slack_escape,
+)
 
 URL = ("https://alice:pa55word@hooks.example.com:8443/services/T0AAAA/B0BBBB/XyZsecret42"
        "?token=tok3n99#frag")

@@ -248,7 +248,7 @@ def test_airflow_has_the_connections_the_code_uses(services: dict[str, Any]) -> 
 
     plugin = (ROOT / "plugins" / "groupscope_airflow.py").read_text()
     ids = dict(re.findall(r'^(\w+_CONN_ID) = "(\w+)"', plugin, re.M))
-    rules = yaml.safe_load((ROOT / "src/groupscope/serve/default_rules.yaml").read_text())
+    rules = yaml.safe_load((ROOT / "src/groupscope/serve/alerting/default_rules.yaml").read_text())
     wanted = {
         ids["WAREHOUSE_CONN_ID"]: "postgres",
         Settings.model_fields["spark_conn_id"].default: "spark",

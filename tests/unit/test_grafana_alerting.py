@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from groupscope.serve.alerting.rules import SELF_CONDITIONS, RuleSet, builtin_rules, load_rules
 from groupscope.serve.grafana import DATASOURCE_TYPE, DATASOURCE_UID
 from groupscope.serve.grafana.alerting import (
     EXPR_UID,
@@ -36,7 +37,6 @@ from groupscope.serve.grafana.alerting import (
     sql_literal,
     uid,
 )
-from groupscope.serve.rules import SELF_CONDITIONS, RuleSet, builtin_rules, load_rules
 
 # The docs/alerts.md example, plus overrides that disable and change `for` and severity.
 CUSTOM = """

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from groupscope.cli import main
+from groupscope.serve.alerting.rules import SELF_CONDITIONS, builtin_rules
 from groupscope.serve.grafana import DASHBOARDS, DATASOURCE_TYPE, DATASOURCE_UID, READER_ROLE
 from groupscope.serve.grafana.dashboards import build_all, render
 from groupscope.serve.grafana.provision import Warehouse, write_tree
-from groupscope.serve.rules import SELF_CONDITIONS, builtin_rules
 
 SECRETS = {"GROUPSCOPE_READER_PASSWORD": "reader-secret-9d1",
            "GROUPSCOPE_ALERT_WEBHOOK_URL": "https://hooks.example/webhook-secret-77",

@@ -10,11 +10,18 @@ from typing import Any
 
 import pytest
 
-from groupscope.serve.channels import ChannelError, Message
-from groupscope.serve.conditions import Observation, unknown
-from groupscope.serve.incidents import FIRING, PENDING, RESOLVED, Incident, Undelivered, evaluate
-from groupscope.serve.notify import deliver, duration, messages
-from groupscope.serve.rules import load_rules
+from groupscope.serve.alerting.channels import ChannelError, Message
+from groupscope.serve.alerting.conditions import Observation, unknown
+from groupscope.serve.alerting.incidents import (
+    FIRING,
+    PENDING,
+    RESOLVED,
+    Incident,
+    Undelivered,
+    evaluate,
+)
+from groupscope.serve.alerting.notify import deliver, duration, messages
+from groupscope.serve.alerting.rules import load_rules
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 
@@ -394,7 +401,7 @@ def test_a_held_lag_fires_once_its_stop_is_over_and_it_still_holds(tmp_path: Pat
 
 
 def test_a_resolved_stop_says_what_it_was_and_how_things_are_now(tmp_path: Path) -> None:
-    from groupscope.serve.notify import headline, single
+    from groupscope.serve.alerting.notify import headline, single
 
     ruleset = rules(tmp_path)
     open_now: list[Incident] = []

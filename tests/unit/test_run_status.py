@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from groupscope.serve.incidents import Incident
+from groupscope.serve.alerting.incidents import Incident
 from groupscope_dev.runstatus import (
     NAME_WIDTH,
     GroupNow,

@@ -2,7 +2,8 @@
 rules file, a provisioning tree to mount and a publisher for a running Grafana.
 
 The names below are the contract between the dashboards, the provisioning files, the alert
-messages' links (``groupscope.serve.notify``) and the warehouse role: change them in one place.
+messages' links (``groupscope.serve.alerting.notify``) and the warehouse role: change them in
+one place.
 """
 
 from __future__ import annotations

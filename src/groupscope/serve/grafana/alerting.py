@@ -1,4 +1,4 @@
-"""Grafana alerting from the alert rules file (``groupscope.serve.rules``): the same rules,
+"""Grafana alerting from the alert rules file (``groupscope.serve.alerting.rules``): the same rules,
 channels and routes that drive groupscope's own notifications, as Grafana rule groups, contact
 points and a notification policy, in Grafana's file-provisioning shape
 (``file_provisioning``, for ``/etc/grafana/provisioning/alerting``) and in its HTTP-API shape
@@ -45,20 +45,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from groupscope.serve.grafana import (
-    DASHBOARDS,
-    DATASOURCE_TYPE,
-    DATASOURCE_UID,
-    FOLDER_TITLE,
-    FOLDER_UID,
-)
-from groupscope.serve.rules import (
+from groupscope.serve.alerting.rules import (
     CLUSTER_CONDITIONS,
     CONDITIONS,
     SELF_CONDITIONS,
     Channel,
     Rule,
     RuleSet,
+)
+from groupscope.serve.grafana import (
+    DASHBOARDS,
+    DATASOURCE_TYPE,
+    DATASOURCE_UID,
+    FOLDER_TITLE,
+    FOLDER_UID,
 )
 
 ORG_ID = 1

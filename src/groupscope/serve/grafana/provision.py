@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from groupscope.serve.alerting.rules import RuleSet
 from groupscope.serve.grafana import (
     DASHBOARDS,
     DATASOURCE_NAME,
@@ -32,7 +33,6 @@ from groupscope.serve.grafana import (
     READER_ROLE,
     alerting,
 )
-from groupscope.serve.rules import RuleSet
 
 MOUNT_PATH = "/etc/grafana/provisioning"
 NAME = "groupscope"

@@ -32,6 +32,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from groupscope.serve.alerting.rules import RuleSet
 from groupscope.serve.grafana import (
     DATASOURCE_UID,
     FOLDER_TITLE,
@@ -40,7 +41,6 @@ from groupscope.serve.grafana import (
     alerting,
 )
 from groupscope.serve.grafana.provision import Warehouse, datasource
-from groupscope.serve.rules import RuleSet
 
 TOKEN_ENV = "GRAFANA_TOKEN"  # noqa: S105 - variable names
 USER_ENV = "GRAFANA_USER"

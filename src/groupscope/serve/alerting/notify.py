@@ -1,13 +1,13 @@
-"""The text of alert notifications, and their delivery: the notifications one evaluation owes
-are grouped per channel (several incidents of one cluster make one message, so twenty groups
+"""The text of alert notifications, and their delivery: the notifications one evaluation owes are
+grouped per channel (several incidents of one cluster make one message, so twenty groups
 stopping at once are one notification, not twenty) and each channel's outcome is recorded on
-the deliveries (``groupscope.serve.incidents``), each outcome committed on its own. A channel
-that fails does not hold up the others; its deliveries stay owed and are retried with
-exponential backoff until they are given up (``RetryPolicy``). Per incident the order holds:
-no RESOLVED before its FIRING was delivered (a resolution owed with its firing is one message
-that says both). Every incident in a payload carries a ``dedup_key`` (incident id and
-notification), stable across retries: delivery is at least once, and a receiver drops a repeat
-by that key.
+the deliveries (``groupscope.serve.alerting.incidents``), each outcome committed on its own. A
+channel that fails does not hold up the others; its deliveries stay owed and are retried with
+exponential backoff until they are given up (``RuleSet.retry_delay``, ``delivery_max_age``).
+Per incident the order holds: no RESOLVED before its FIRING was delivered (a resolution owed
+with its firing is one message that says both). Every incident in a payload carries a
+``dedup_key`` (incident id and notification), stable across retries: delivery is at least once,
+and a receiver drops a repeat by that key.
 
 Texts say what is wrong, how long, how bad, and what to open next::
 
@@ -28,9 +28,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from groupscope.serve.channels import Channel, ChannelError, Message
-from groupscope.serve.incidents import Incident, Undelivered
-from groupscope.serve.rules import RuleSet
+from groupscope.serve.alerting.channels import Channel, ChannelError, Message
+from groupscope.serve.alerting.incidents import Incident, Undelivered
+from groupscope.serve.alerting.rules import RuleSet
 
 log = logging.getLogger(__name__)
 

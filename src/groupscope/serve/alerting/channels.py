@@ -1,6 +1,6 @@
 """Where alert notifications go. A channel takes one ``Message`` and delivers it, or raises
 ``ChannelError`` with a reason that holds no secret. The webhook channel is here; the Slack
-and e-mail channels go through Airflow's notifiers (``groupscope.serve.airflow_channels``).
+and e-mail channels go through Airflow's notifiers (``groupscope.serve.alerting.airflow_channels``).
 
 Safety, for every channel:
 

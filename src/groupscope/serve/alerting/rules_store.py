@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from groupscope.serve.rules import (
+from groupscope.serve.alerting.rules import (
     BUILTIN_SOURCE,
     RulesError,
     RuleSet,

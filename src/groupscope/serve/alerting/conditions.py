@@ -1,5 +1,6 @@
-"""What the alert rules look at: the value of each condition kind (``groupscope.serve.rules``
-``CONDITIONS``) for each subject of one cluster, read from the warehouse at one evaluation.
+"""What the alert rules look at: the value of each condition kind
+(``groupscope.serve.alerting.rules`` ``CONDITIONS``) for each subject of one cluster, read from
+the warehouse at one evaluation.
 
 A subject is a consumer group, or the cluster itself for the collector's own health. Group
 conditions are read at the newest snapshot the live marts have computed
@@ -8,7 +9,7 @@ conditions are read against the evaluation time, because a collector that stoppe
 snapshot to be judged on.
 
 Every subject the marts know is returned with its value, holding or not: the incident
-lifecycle (``groupscope.serve.incidents``) resolves an incident when its value no longer
+lifecycle (``groupscope.serve.alerting.incidents``) resolves an incident when its value no longer
 exceeds the threshold, which is evidence that the condition cleared.
 
 A value is a number or **unknown** (``Observation.unknown`` says why), never a guess:

@@ -2,8 +2,9 @@
 written, even when the warehouse and every channel are down (the last trace an operator can
 read). The notification itself is not sent from here: a failed task is the ``task_failed``
 condition (``ops.task_runs``), and its incident goes through the same rules, routes and
-channels as every other alert (``groupscope.serve.notify``). Where the log is, is the caller's
-(``GROUPSCOPE_ALERT_LOG``): this module reads no environment, as the settings sit above it.
+channels as every other alert (``groupscope.serve.alerting.notify``). Where the log is, is the
+caller's (``GROUPSCOPE_ALERT_LOG``): this module reads no environment, as the settings sit
+above it.
 
 Writing never raises past an unwritable log (it is called from failure callbacks)."""
 

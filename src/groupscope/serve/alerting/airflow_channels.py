@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from groupscope.serve.channels import (
+from groupscope.serve.alerting.channels import (
     Channel,
     ChannelError,
     Message,
@@ -36,7 +36,7 @@ from groupscope.serve.channels import (
     scrub,
     slack_escape,
 )
-from groupscope.serve.rules import RuleSet
+from groupscope.serve.alerting.rules import RuleSet
 
 
 class ConnectionUnreadable(RuntimeError):

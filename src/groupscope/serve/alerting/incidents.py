@@ -21,7 +21,7 @@ Lifecycle of one fingerprint (rule, cluster, group, topic):
   complete snapshot no longer lists, or the rule's removal.
 
 Owed notifications are rows of ``ops.alert_deliveries`` (one per incident, notification and
-channel): ``groupscope.serve.notify`` sends them and records each channel's outcome. An
+channel): ``groupscope.serve.alerting.notify`` sends them and records each channel's outcome. An
 evaluation repeated for the same data finds nothing new to owe, so it sends nothing twice.
 """
 
@@ -37,8 +37,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from groupscope.serve.conditions import Observation
-from groupscope.serve.rules import RuleSet
+from groupscope.serve.alerting.conditions import Observation
+from groupscope.serve.alerting.rules import RuleSet
 
 PENDING, FIRING, RESOLVED = "pending", "firing", "resolved"
 

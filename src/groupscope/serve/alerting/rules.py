@@ -22,7 +22,7 @@ Every number is bounded (a threshold within +-1e15, a duration within 10 years) 
 nests at most ``MAX_DEPTH`` levels, so a 400-digit number or a hostile document is a
 ``RulesError`` like any other mistake, never an ``OverflowError`` or a ``RecursionError``.
 ``load_rules_text`` validates a text, so that a stored copy of a file can be checked again
-(``groupscope.serve.rules_store`` keeps the last valid one).
+(``groupscope.serve.alerting.rules_store`` keeps the last valid one).
 
 Every problem is one ``RulesError`` line naming the file, the rule and the field::
 
@@ -524,7 +524,7 @@ def _document(text: str, source: str) -> dict[str, Any]:
 
 @cache
 def _builtin_text() -> str:
-    return (resources.files("groupscope.serve") / "default_rules.yaml").read_text("utf-8")
+    return (resources.files("groupscope.serve.alerting") / "default_rules.yaml").read_text("utf-8")
 
 
 def builtin_rules() -> RuleSet:
