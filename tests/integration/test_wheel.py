@@ -181,7 +181,7 @@ def test_the_venv_runs_the_installed_wheel_with_locked_dependencies(
     (work / "rules.yaml").write_text("rules: []\n")
     checked = _run([str(venv / "bin" / "groupscope"), "alerts", "check-rules", "rules.yaml"],
                    work, _outside_env(venv)).stdout
-    assert "rules.yaml: OK: 10 rules" in checked and "group_empty_lag_growing" in checked
+    assert "rules.yaml: OK: 14 rules" in checked and "group_empty_lag_growing" in checked
 
     # The dashboards are code in the package: the provisioning tree builds from the wheel.
     _run([str(venv / "bin" / "groupscope"), "grafana", "provision", "provisioning"], work,
