@@ -424,8 +424,9 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(
         spark_connect.send_signal(signal.SIGCONT)
     print(f"[{time.monotonic() - t0:5.0f} s] frozen Spark: told after {told:.0f} s, the live "
           f"run gave up after {gave_up:.0f} s", flush=True)
-    assert stale[0]["text"].startswith(f"[FIRING] cluster {d.cluster}: analytics STALE")
-    assert stale[0]["rule"] == "analytics_stale" and timed_out
+    # Alone, or in one message with live_marts' task_failed when both fire at once.
+    assert stale[0]["text"].startswith(f"[FIRING] cluster {d.cluster}")
+    assert "analytics_stale" in {i["rule"] for i in stale[0]["incidents"]} and timed_out
     # Back: the live path computes again.
     before = {r["dag_run_id"] for r in live_successes()}
     wait_until(lambda: {r["dag_run_id"] for r in live_successes()} - before, 240,

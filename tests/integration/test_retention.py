@@ -314,7 +314,8 @@ def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
     assert empty == ["open_alert_incidents", "quality_results"], empty
     assert sum(bool(rows) for rows in panels_before.values()) > 40
 
-    assert warehouse.migrate(engine, now=NOW) == ["0010_partition_by_time"]
+    # 0010 converts the tables; the later migrations (alerting's own tables) come along.
+    assert warehouse.migrate(engine, now=NOW)[0] == "0010_partition_by_time"
     with engine.connect() as conn:
         kinds = dict(conn.execute(text(
             "SELECT t.schema_name || '.' || t.table_name, c.relkind"
