@@ -19,11 +19,13 @@ A value is a number or **unknown** (``Observation.unknown`` says why), never a g
   ``stale_intervals`` snapshot intervals behind the newest loaded snapshot: a hung or dead
   Spark), so frozen marts neither fire nor resolve anything;
 - a group with an open incident that is missing from the newest status snapshot while that
-  snapshot was partial (its coordinator restarting), or that is listed but has no status row;
+  snapshot was partial (its coordinator restarting), or that is listed but has no status row,
+  or that the snapshot before listed (a coordinator handing a group over lists nothing for it
+  and reports no error);
 - the collector's values of a cluster with no snapshot left in the warehouse.
 
-A group with an open incident that a *complete* snapshot no longer lists was deleted: it is
-not returned, and its incidents resolve (a complete snapshot lists every group).
+A group with an open incident that two complete snapshots in a row no longer list was deleted:
+it is not returned, and its incidents resolve.
 
 groupscope also watches itself (``SELF_CONDITIONS``): how far the analytics are behind the
 snapshots, its own tasks' latest outcome, alert channels that keep failing, and a rules file
@@ -168,6 +170,10 @@ _ABSENT = text("""
 SELECT s.complete, s.error_count,
        (SELECT count(*) FROM raw.consumer_groups g WHERE g.cluster = s.cluster
           AND g.snapshot_ts = s.snapshot_ts AND g.group_id = :group_id) AS listed,
+       (SELECT count(*) FROM raw.consumer_groups g WHERE g.cluster = s.cluster
+          AND g.group_id = :group_id AND g.snapshot_ts = (
+              SELECT max(p.snapshot_ts) FROM raw.snapshots p
+              WHERE p.cluster = s.cluster AND p.snapshot_ts < s.snapshot_ts)) AS listed_before,
        (SELECT e.message FROM raw.collection_errors e WHERE e.cluster = s.cluster
           AND e.snapshot_ts = s.snapshot_ts ORDER BY (e.group_id = :group_id) DESC NULLS LAST,
           e.seq LIMIT 1) AS error
@@ -329,7 +335,8 @@ _NULL_REASON = {
 
 def _why_absent(conn: Any, cluster: str, group_id: str, at: datetime | None) -> str | None:
     """Why a group with an open incident has no status row at ``at`` (the judged snapshot);
-    None when a complete snapshot no longer lists it (deleted: its incidents resolve)."""
+    None when a complete snapshot, and the one before, no longer list it (deleted: its
+    incidents resolve)."""
     if at is None:
         return "no status has been computed for the cluster yet"
     row = conn.execute(_ABSENT, {"cluster": cluster, "group_id": group_id, "at": at}).one_or_none()
@@ -338,8 +345,15 @@ def _why_absent(conn: Any, cluster: str, group_id: str, at: datetime | None) -> 
     if row.listed:
         return (f"the snapshot of {at.isoformat()} lists the group but no status could be "
                 "computed for it (no committed offset of a described partition)")
-    if row.complete:
+    if row.complete and not row.listed_before:
         return None
+    if row.complete:
+        # A coordinator handing a group over lists nothing for it, without an error (Kafka
+        # 4.3's ListGroups on a shard being unloaded): the snapshot is complete and misses a
+        # group that exists. Deleted only when the next snapshot misses it too.
+        return (f"missing from the snapshot of {at.isoformat()} after the one before listed "
+                "it (a coordinator moving lists nothing for a while); deleted if the next "
+                "snapshot misses it too")
     return (f"missing from the partial snapshot of {at.isoformat()} ({row.error_count} "
             f"collection error(s), e.g. {row.error or 'unknown'})")
 

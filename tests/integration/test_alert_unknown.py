@@ -1,0 +1,363 @@
+"""Unknown is not "resolved" (issue 24), on the real 3-broker cluster: the coordinator broker of
+a STOPPED group is killed (kill -9) and restarted while the snapshot loop keeps running
+(collect, gate, load, live marts on Spark, evaluate: what the snapshot and live DAGs run),
+with time compressed through settings only (passes back to back, a 6 s session timeout,
+commits every second, and ``keep_firing_for: 0s``, so that an evaluation that took the group as
+cleared even once would resolve it at once). Across the whole run the webhook must hear exactly
+one FIRING for the group and no RESOLVED.
+
+The group's coordinator (the "victim") leads no partition of the topics read, so that its
+outage is the coordinator's alone (a partition whose leader is down is collected today with
+offsets of -1001 and no collection error, and the quality gate rejects that snapshot: another
+fault, not this test's); each other broker coordinates a healthy "witness" group (caught up
+on an idle topic), so the snapshots keep status rows while the victim is down.
+
+What the passes see (Kafka 4.3.1): the first pass after the kill is partial (the dead broker's
+ListGroups times out, three times), and by the end of that listing the controller has fenced
+the victim and moved the group's offsets partition to a survivor, so the group is listed on its
+new coordinator with its commits, judged STOPPED. The group absent from a *partial* snapshot
+(unknown: ``conditions._why_absent``) is checked whenever a pass sees it, but this scenario
+has not produced it: the collector's retries outlast the move. After the restart the preferred
+leader takes the partition back, and the pass right after that move can see a *complete*
+snapshot without the group: the group coordinator answers ListGroups for a shard it is giving
+up (NotCoordinatorException) with an empty list and no error, and the new leader lists the
+group only once it has loaded it. The test takes that pass as soon as the move shows in the
+metadata. A group with an open incident must not be resolved there: it was not deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer
+from confluent_kafka.admin import NewTopic
+from conftest import unique
+from kafkautil import admin, commit_offsets, produce_counts, wait_until
+from pipeline_loop import Loop
+from sqlalchemy import text
+
+from groupscope.kafka.coordinator import offsets_partition_for
+from groupscope.serve.alerting.airflow_channels import build_channels
+from groupscope.serve.alerting.rules import load_rules
+from groupscope_dev.kafka import KafkaCluster
+from groupscope_dev.webhookcatcher import WebhookCatcher
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster3]
+
+MEMBER = Path(__file__).resolve().parents[1] / "member_process.py"
+OFFSETS_PARTITIONS = 50
+
+RULES = """
+keep_firing_for: 0s
+repeat_interval: 4h
+retry_initial: 1s
+channels:
+  - {name: webhook, kind: webhook, connection: unknown_webhook}
+"""
+
+FAST = ("enable.auto.commit=true", "auto.commit.interval.ms=1000", "session.timeout.ms=6000",
+        "heartbeat.interval.ms=1000")
+
+
+class Producing(threading.Thread):
+    """Keeps appending records to every partition of a topic (a few per second each)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "log_level": 0})
+        self.topic, self.partitions = topic, partitions
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for partition in range(self.partitions):
+                self.producer.produce(self.topic, b"x", partition=partition)
+            self.producer.poll(0)
+            time.sleep(0.3)
+        self.producer.flush(10)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one loop pass saw of the group, read back from the warehouse after it."""
+
+    phase: str
+    at_s: float  # seconds into the test, at its end
+    complete: bool  # the pass's own snapshot (raw.snapshots)
+    errors: str  # its collection errors, stage:code
+    listed: bool  # the group is in the pass's snapshot
+    coordinator: int | None  # ... coordinated by (as described)
+    members: int | None
+    judged_partial: bool  # the newest status snapshot (what the rules judge) was partial
+    judged_status: str | None  # ... and the group's status there (None: no row)
+    unknown: int  # the evaluation's unknown observations (its summary)
+    incident: str | None  # the group's group_err incident, after the pass
+    state: str
+    unknown_why: str | None
+
+    @property
+    def absent_from_partial(self) -> bool:
+        """No status row for the group at a partial judged snapshot: what must be unknown."""
+        return self.judged_partial and self.judged_status is None
+
+
+def _member(bootstrap: str, group: str, topic: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, str(MEMBER), bootstrap, group, topic, *FAST],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _find_coordinator(bootstrap: str) -> bool:
+    """Asks for a group's coordinator (which creates ``__consumer_offsets``)."""
+    client = admin(bootstrap)  # must outlive its futures
+    future = client.describe_consumer_groups([unique("warm-up")], request_timeout=5)
+    with contextlib.suppress(Exception):  # no coordinator yet: the topic is being created
+        next(iter(future.values())).result(timeout=10)
+    return True
+
+
+def _offsets_topic(client: Any) -> dict[int, tuple[int, int]]:
+    """``__consumer_offsets`` partition -> (its leader (-1: none), its preferred leader), as
+    the metadata of an AdminClient's broker says."""
+    topics = client.list_topics(timeout=10).topics
+    if "__consumer_offsets" not in topics:
+        return {}
+    return {p: (part.leader, part.replicas[0] if part.replicas else -1)
+            for p, part in topics["__consumer_offsets"].partitions.items()}
+
+
+def _coordinator(client: Any, group: str) -> int:
+    return _offsets_topic(client)[offsets_partition_for(group, OFFSETS_PARTITIONS)][0]
+
+
+def _preferred(offsets: dict[int, tuple[int, int]], group: str) -> int:
+    return offsets[offsets_partition_for(group, OFFSETS_PARTITIONS)][1]
+
+
+def _create_topic_led_by(bootstrap: str, name: str, leaders: list[int], follower: int) -> None:
+    """A topic of one partition per entry of ``leaders``, each replicated on the brokers of
+    ``leaders`` (its own first: the preferred leader) and on ``follower``, which leads none."""
+    client = admin(bootstrap)  # must outlive its futures
+    others = sorted(set(leaders))
+    assignment = [[leader, *[b for b in others if b != leader], follower] for leader in leaders]
+    # (confluent-kafka takes the partition count with an assignment, not -1 as documented)
+    topics = [NewTopic(name, len(assignment), replica_assignment=assignment)]
+    for future in client.create_topics(topics, operation_timeout=30).values():
+        future.result()
+    wait_until(lambda: name in client.list_topics(timeout=10).topics, 20,
+               f"topic {name} to appear")
+
+
+def _committed(bootstrap: str, group: str) -> bool:
+    client = admin(bootstrap)  # must outlive its futures
+    future = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    return any(tp.offset >= 0 for tp in future.result(timeout=10).topic_partitions or [])
+
+
+def _webhook_incidents(webhook: WebhookCatcher, group: str) -> list[tuple[str, str]]:
+    """(notification, rule) of every incident of ``group`` the webhook received, in order
+    (a message may carry several incidents, of several subjects)."""
+    return [(str(i.get("notification")), str(i.get("rule")))
+            for body in list(webhook.bodies) for i in body.get("incidents", [])
+            if i.get("group") == group]
+
+
+_SEEN = text("""
+WITH judged AS (SELECT max(snapshot_ts) AS ts FROM mart.group_status WHERE cluster = :c)
+SELECT s.complete,
+       (SELECT coalesce(string_agg(DISTINCT e.stage || ':' || e.code, ','), '')
+        FROM raw.collection_errors e
+        WHERE e.cluster = s.cluster AND e.snapshot_ts = s.snapshot_ts) AS errors,
+       g.group_id IS NOT NULL AS listed, g.coordinator_id, g.member_count,
+       (SELECT NOT j.complete FROM raw.snapshots j, judged
+        WHERE j.cluster = :c AND j.snapshot_ts = judged.ts) AS judged_partial,
+       (SELECT m.status FROM mart.group_status m, judged WHERE m.cluster = :c
+        AND m.snapshot_ts = judged.ts AND m.group_id = :g) AS judged_status
+FROM raw.snapshots s
+LEFT JOIN raw.consumer_groups g
+  ON g.cluster = s.cluster AND g.snapshot_ts = s.snapshot_ts AND g.group_id = :g
+WHERE s.cluster = :c AND s.snapshot_ts = :at
+""")
+
+_INCIDENTS = text("""
+SELECT incident_id, state, details->>'unknown_why' AS why FROM ops.alert_incidents
+WHERE cluster = :c AND group_id = :g AND rule = 'group_err' ORDER BY started_at
+""")
+
+
+def test_a_stopped_groups_coordinator_restarting_never_resolves_it(
+        kafka3: KafkaCluster, postgres: Any, warehouse_engine: Any, spark: Any,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bootstrap = kafka3.bootstrap
+    cluster, group = unique("unknown3"), unique("payments")
+    topic, idle = unique("orders"), unique("idle")
+    webhook = WebhookCatcher()
+    webhook.start()
+    monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
+        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES)
+    rules = load_rules(rules_file)
+    channels = build_channels(rules).channels
+    assert sorted(channels) == ["webhook"]
+
+    metadata = admin(bootstrap)  # one client for the metadata polls
+    loop = Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark, channels, rules)
+    passes: list[Pass] = []
+    began = time.monotonic()
+    producer = Producing(bootstrap, topic, 3)
+    member: subprocess.Popen[str] | None = None
+    stopped: int | None = None
+
+    def phase(name: str) -> None:  # where the time goes
+        print(f"[{time.monotonic() - began:6.1f} s] {name} ({len(passes)} passes so far)",
+              flush=True)
+
+    def once(name: str) -> Pass:
+        summary = loop.once()
+        with warehouse_engine.connect() as conn:
+            seen = conn.execute(_SEEN, {"c": cluster, "g": group, "at": loop.last}
+                                ).mappings().one()
+            incidents = conn.execute(_INCIDENTS, {"c": cluster, "g": group}).fetchall()
+        last = incidents[-1] if incidents else None
+        done = Pass(name, round(time.monotonic() - began, 1), seen["complete"], seen["errors"],
+                    seen["listed"], seen["coordinator_id"], seen["member_count"],
+                    bool(seen["judged_partial"]), seen["judged_status"], summary["unknown"],
+                    last.incident_id if last else None, last.state if last else "-",
+                    last.why if last else None)
+        passes.append(done)
+        print(f"  {done}", flush=True)
+        return done
+
+    try:
+        phase("1. the group's coordinator, topics that it leads no partition of, witnesses")
+        offsets: dict[int, tuple[int, int]] = wait_until(
+            lambda: _find_coordinator(bootstrap) and (now := _offsets_topic(metadata))
+            and len(now) == OFFSETS_PARTITIONS
+            and all(leader == preferred for leader, preferred in now.values()) and now, 60,
+            "every __consumer_offsets partition led by its preferred replica")
+        victim = _preferred(offsets, group)
+        others = [n for n in kafka3.node_ids() if n != victim]
+        witnesses: dict[int, str] = {}
+        while set(witnesses) != set(others):
+            name = unique("witness")
+            if _preferred(offsets, name) != victim:
+                witnesses.setdefault(_preferred(offsets, name), name)
+        _create_topic_led_by(bootstrap, topic, [others[0], others[1], others[0]], victim)
+        _create_topic_led_by(bootstrap, idle, [others[1], others[0], others[1]], victim)
+        produce_counts(bootstrap, idle, [5, 5, 5])
+        for witness in witnesses.values():
+            commit_offsets(bootstrap, witness, {(idle, p): 5 for p in range(3)})
+        producer.start()
+
+        phase("1. a consumer committing every second")
+        member = _member(bootstrap, group, topic)
+        assert member.stdout is not None
+        line = member.stdout.readline()
+        assert line.startswith("ASSIGNED"), line
+        wait_until(lambda: _committed(bootstrap, group), 30, "the consumer's first commit")
+        wait_until(lambda: (p := once("healthy")).members and p.judged_status, 120,
+                   "a snapshot judging the consuming group")
+        assert _webhook_incidents(webhook, group) == []
+
+        phase("1. kill -9 of the consumer")
+        member.send_signal(signal.SIGKILL)
+        member.wait()
+        wait_until(lambda: once("stopping").state == "firing"
+                   and _webhook_incidents(webhook, group), 120,
+                   "the group's FIRING on the webhook")
+        assert _webhook_incidents(webhook, group) == [("firing", "group_err")], webhook.texts
+        fired = [t for t in webhook.texts if group in t]
+        assert fired[0].startswith(f"[FIRING] cluster {cluster}, group {group}: STOPPED"), fired
+        incident = passes[-1].incident
+
+        # 2. kill -9 of its coordinator's broker: no controlled shutdown, so its leaderships
+        #    stay with it until the controller fences it.
+        assert _coordinator(metadata, group) == victim
+        phase(f"2. kill -9 of broker {victim}, the group's coordinator")
+        kafka3.stop_node(victim, hard=True)
+        stopped = victim
+        survivors = admin(",".join(f"127.0.0.1:{kafka3.broker_port(n)}" for n in others))
+        deadline = time.monotonic() + 90
+        while True:  # until the group is judged on its new coordinator
+            seen = once("broker down")
+            if ((seen.judged_status and _coordinator(survivors, group) not in (victim, -1))
+                    or time.monotonic() > deadline):
+                break
+
+        phase(f"2. restart of broker {victim}")
+        kafka3.start_node(victim)
+        kafka3.wait_ready()
+        stopped = None
+        deadline = time.monotonic() + 60
+        while _coordinator(metadata, group) != victim:  # the preferred leader takes it back
+            assert time.monotonic() < deadline, "the group's coordinator never moved back"
+            time.sleep(0.05)
+        phase("2. the group's offsets partition is back on its broker: a pass at once")
+        deadline = time.monotonic() + 90
+        while True:  # until a complete snapshot judges it on its coordinator again
+            seen = once("restarted")
+            if ((seen.complete and seen.judged_status and seen.coordinator == victim)
+                    or time.monotonic() > deadline):
+                break
+
+        phase("3. assertions")
+        for p in passes:
+            print(f"  {p}")
+        down = [p for p in passes if p.phase == "broker down"]
+        back = [p for p in passes if p.phase == "restarted"]
+        absent = [p for p in down + back if p.judged_status is None]
+        # Exactly one FIRING, no RESOLVED: the outage was never taken as "cleared".
+        got = _webhook_incidents(webhook, group)
+        assert got == [("firing", "group_err")], (
+            f"the webhook got {got} for the group; the passes whose judged snapshot had no "
+            f"status row for it: {absent}")
+        assert not any("[RESOLVED]" in t and group in t for t in webhook.texts)
+        # Through both coordinator moves the same incident kept firing.
+        assert all(p.incident == incident and p.state == "firing" for p in down + back), \
+            down + back
+        # The outage was real: a partial snapshot (the dead broker's ListGroups failed).
+        assert any(not p.complete and "list_groups:" in p.errors for p in down), down
+        for p in down + back:
+            if p.absent_from_partial:  # unknown: kept firing, saying why
+                assert p.unknown > 0, p
+                assert p.unknown_why is not None and (
+                    p.unknown_why.startswith("missing from the partial snapshot of")
+                    or "lists the group but no status could be computed" in p.unknown_why), p
+            elif p.judged_status is not None:  # judged on its data: still STOPPED
+                assert p.judged_status == "ERR", p
+        # Seen on another coordinator while its own was down (or not seen), back on its own
+        # at the end: judged STOPPED on a complete snapshot, a known value again.
+        assert any(p.coordinator not in (None, victim) or not p.listed for p in down), down
+        assert back[-1].complete and back[-1].coordinator == victim, back
+        assert back[-1].judged_status == "ERR" and back[-1].unknown_why is None, back
+        print(f"  passes without a status row for the group: "
+              f"{sum(p.judged_partial for p in absent)} at a partial snapshot, "
+              f"{sum(not p.judged_partial for p in absent)} at a complete one", flush=True)
+        phase("done")
+    finally:
+        print("median seconds per pass step: " + ", ".join(
+            f"{name} {sorted(values)[len(values) // 2]:.1f}"
+            for name, values in loop.seconds.items()), flush=True)
+        if stopped is not None:  # the module's other tests need the whole cluster
+            kafka3.start_node(stopped)
+            kafka3.wait_ready()
+        producer.stopping.set()
+        if producer.is_alive():
+            producer.join(15)
+        if member is not None and member.poll() is None:
+            member.kill()
+            member.wait()
+        webhook.stop()
