@@ -106,7 +106,10 @@ class GroupscopeAlertNotifier(BaseNotifier):
 
         ti = context["ti"]
         exception = context.get("exception")
-        reason = str(exception) if exception else "no exception was given"
+        from groupscope.serve.alerting.channels import scrub
+
+        # Sent to every channel: no URL in it (a connection's may hold a secret).
+        reason = scrub(str(exception), []) if exception else "no exception was given"
         labels = {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
                   "try": str(getattr(ti, "try_number", ""))}
         cluster = (context.get("params") or {}).get("cluster")

@@ -353,3 +353,24 @@ def test_the_heartbeat_comes_every_interval_and_only_to_its_channels(stack: Stac
     stack.evaluate(960)
     beats = [b for b in stack.webhook.bodies if b.get("kind") == "heartbeat"]
     assert [b["evaluated_at"][11:19] for b in beats][-1] == "09:16:00"
+
+
+def test_a_group_missing_after_a_partial_snapshot_is_unknown_until_two_complete_miss_it(
+        stack: Stack) -> None:
+    stack.seed(0, {"payments": 3, "orders": 0})
+    stack.evaluate(0)
+    # Its coordinator restarting: a partial snapshot without it, then a complete one without
+    # it (a coordinator handing a group over lists nothing for a while, and no error).
+    stack.seed(30, {"payments": 3, "orders": 0}, complete=False, listed={"orders"})
+    stack.evaluate(30, snapshot=False)
+    stack.seed(60, {"payments": 3, "orders": 0}, listed={"orders"})
+    unknown_pass = stack.evaluate(60, snapshot=False)
+    assert unknown_pass["unknown"] > 0 and unknown_pass["notifications"] == []
+    # Deleted for real: a second complete snapshot in a row without it resolves it (it last
+    # held at 0 s, past keep_firing_for).
+    stack.seed(90, {"payments": 3, "orders": 0}, listed={"orders"})
+    stack.evaluate(90, snapshot=False)
+    assert stack.received()["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED.",
+        f"[RESOLVED] cluster {stack.cluster}, group payments: STOPPED is over after 1 m 30 s "
+        "(firing since 09:00:00Z)."]

@@ -425,3 +425,18 @@ def test_an_unknown_that_counts_as_alerting_reads_as_unknown_not_nan(tmp_path: P
     [(message, _)] = messages([Undelivered(incident, "firing", "webhook", 0)], "http://g")
     assert message.payload()["value"] is None
     assert "nan" not in message.text.lower()
+
+
+def test_an_unknown_value_is_stored_as_null_never_nan(tmp_path: Path) -> None:
+    """PostgreSQL's jsonb refuses NaN: one such row would fail every evaluation after it."""
+    import json
+
+    from groupscope.serve.alerting.incidents import _row
+
+    run = Run(on_unknown_rules(tmp_path, "ok"))
+    run.at(0, err("payments", 12))
+    result = evaluate(run.rules, [unknown("group_status_err", "prod", "payments", "no data")],
+                      list(run.open.values()), T0 + timedelta(seconds=30))
+    [changed] = result.incidents
+    stored = json.loads(_row(changed)["details"])
+    assert stored["now"]["value"] is None and "NaN" not in _row(changed)["details"]

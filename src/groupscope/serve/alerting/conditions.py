@@ -170,14 +170,18 @@ _ABSENT = text("""
 SELECT s.complete, s.error_count,
        (SELECT count(*) FROM raw.consumer_groups g WHERE g.cluster = s.cluster
           AND g.snapshot_ts = s.snapshot_ts AND g.group_id = :group_id) AS listed,
+       previous.complete AS complete_before,
        (SELECT count(*) FROM raw.consumer_groups g WHERE g.cluster = s.cluster
-          AND g.group_id = :group_id AND g.snapshot_ts = (
-              SELECT max(p.snapshot_ts) FROM raw.snapshots p
-              WHERE p.cluster = s.cluster AND p.snapshot_ts < s.snapshot_ts)) AS listed_before,
+          AND g.group_id = :group_id AND g.snapshot_ts = previous.snapshot_ts) AS listed_before,
        (SELECT e.message FROM raw.collection_errors e WHERE e.cluster = s.cluster
           AND e.snapshot_ts = s.snapshot_ts ORDER BY (e.group_id = :group_id) DESC NULLS LAST,
           e.seq LIMIT 1) AS error
-FROM raw.snapshots s WHERE s.cluster = :cluster AND s.snapshot_ts = :at
+FROM raw.snapshots s
+LEFT JOIN LATERAL (
+    SELECT p.snapshot_ts, p.complete FROM raw.snapshots p
+    WHERE p.cluster = s.cluster AND p.snapshot_ts < s.snapshot_ts
+    ORDER BY p.snapshot_ts DESC LIMIT 1) previous ON true
+WHERE s.cluster = :cluster AND s.snapshot_ts = :at
 """)
 
 _TASKS = text("""
@@ -200,7 +204,8 @@ SELECT d.channel, min(d.created_at) AS failing_since, count(*) AS undelivered,
        max(sent.last_sent) AS last_sent
 FROM d LEFT JOIN sent USING (channel)
 WHERE d.state = 'failed'
-   OR (d.state = 'given_up' AND d.last_attempt_at > coalesce(sent.last_sent, '-infinity'))
+   OR (d.state = 'given_up' AND d.last_attempt_at > coalesce(sent.last_sent, '-infinity')
+       AND d.last_attempt_at > :given_up_since)
 GROUP BY d.channel
 """)
 
@@ -345,12 +350,13 @@ def _why_absent(conn: Any, cluster: str, group_id: str, at: datetime | None) -> 
     if row.listed:
         return (f"the snapshot of {at.isoformat()} lists the group but no status could be "
                 "computed for it (no committed offset of a described partition)")
-    if row.complete and not row.listed_before:
+    if row.complete and row.complete_before and not row.listed_before:
         return None
     if row.complete:
         # A coordinator handing a group over lists nothing for it, without an error (Kafka
         # 4.3's ListGroups on a shard being unloaded): the snapshot is complete and misses a
-        # group that exists. Deleted only when the next snapshot misses it too.
+        # group that exists. Deleted only when the snapshot before was complete and missed it
+        # too.
         return (f"missing from the snapshot of {at.isoformat()} after the one before listed "
                 "it (a coordinator moving lists nothing for a while); deleted if the next "
                 "snapshot misses it too")
@@ -423,9 +429,14 @@ def _task_observations(conn: Any, cluster: str) -> list[Observation]:
 
 def _channel_observations(conn: Any, cluster: str, now: datetime,
                           me: SelfState) -> list[Observation]:
-    failing = {row.channel: row for row in conn.execute(_CHANNELS, {"cluster": cluster})}
+    # A given-up notification says the channel failed then; an hour on, with nothing newer
+    # owed to it, it is no evidence that it still fails (a quiet channel would page forever).
+    failing = {row.channel: row for row in conn.execute(_CHANNELS, {
+        "cluster": cluster, "given_up_since": now - timedelta(hours=1)})}
     observations = []
-    for channel in sorted(set(me.channels) | set(failing)):
+    # Only the rules' channels: one removed from the rules is not failing, it is gone (its
+    # incident, unobserved, resolves).
+    for channel in sorted(me.channels):
         row: Any = failing.get(channel)
         if row is None:
             observations.append(Observation("channel_failing", cluster, "", 0.0,

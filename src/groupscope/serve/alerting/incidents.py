@@ -318,9 +318,22 @@ def save(conn: Any, incidents: Sequence[Incident]) -> None:
     conn.execute(statement, [_row(i) for i in incidents])
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN (an unknown value) as null: PostgreSQL's jsonb refuses NaN, and one refused row
+    would fail every evaluation of the cluster."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _row(incident: Incident) -> dict[str, Any]:
     row = {c: getattr(incident, c) for c in _COLUMNS}
-    row["details"] = json.dumps(incident.details, ensure_ascii=False, default=str)
+    row["details"] = json.dumps(_json_safe(incident.details), ensure_ascii=False, default=str,
+                                allow_nan=False)
     row["labels"] = json.dumps(dict(incident.labels), ensure_ascii=False)
     return row
 

@@ -404,7 +404,8 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
             last = next((i.error for i in reversed(expired) if i.error), None) or "never sent"
             age = duration(rules.delivery_max_age.total_seconds())
             log_to.given_up(expired, f"given up after {age} undelivered; last error: {last}")
-            items = [i for i in items if i not in expired]
+            gone = {(i.incident.incident_id, i.notification) for i in expired}
+            items = [i for i in items if (i.incident.incident_id, i.notification) not in gone]
         waiting: datetime | None = max(
             (i.next_attempt_at for i in items if i.next_attempt_at is not None), default=None)
         if waiting is not None and waiting > now:
