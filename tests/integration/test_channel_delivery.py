@@ -14,7 +14,6 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 # puts its handler on the root logger, it does not take that handler away.
 import airflow.providers.slack.notifications.slack_webhook  # noqa: F401
 import pytest
+from selfsigned import self_signed
 
 from groupscope.serve.alerting.airflow_channels import SlackChannel
 from groupscope.serve.alerting.channels import ChannelError, Message, WebhookChannel, post_json
@@ -226,29 +226,6 @@ def test_a_webhook_failure_says_nothing_of_the_secret_path(
     assert str(endpoint.port) not in error
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 def test_a_self_signed_slack_stand_in_and_webhook_are_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     received: list[bytes] = []
@@ -268,7 +245,7 @@ def test_a_self_signed_slack_stand_in_and_webhook_are_refused(
         def handle_error(self, request: Any, client_address: Any) -> None:
             pass  # the refused handshakes
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     server = Server(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)

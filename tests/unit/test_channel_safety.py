@@ -4,18 +4,17 @@ a channel's error, Slack's markup characters are escaped, and TLS certificates a
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import socket
 import ssl
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from selfsigned import self_signed
 
 from groupscope.serve.alerting.channels import (
     ChannelError,
@@ -155,34 +154,9 @@ def test_slack_escaping(text: str, escaped: str) -> None:
     assert slack_escape(text) == escaped
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 that nobody signed but itself."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "groupscope test")])
-    now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 @pytest.fixture
 def https_server(tmp_path: Path) -> Iterator[tuple[str, Path, list[dict[str, Any]]]]:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     received: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
