@@ -381,9 +381,8 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
     from groupscope.serve.alerting import conditions, incidents, notify
 
     unavailable = dict(unavailable or {})
-    key = {"key": f"groupscope-alerts:{cluster}"}
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
-        conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"), key)
+        incidents.lock(conn, cluster)
         conn.commit()
         try:
             with conn.begin():
@@ -421,7 +420,7 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
                 open_now = incidents.open_incidents(conn, cluster)
         finally:
             conn.rollback()
-            conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"), key)
+            incidents.unlock(conn, cluster)
             conn.commit()
     summary = {"cluster": cluster, "evaluated_at": now.isoformat(),
                "observations": len(observed),

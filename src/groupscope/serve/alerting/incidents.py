@@ -278,9 +278,16 @@ _COLUMNS = ("incident_id", "fingerprint", "rule", "severity", "cluster", "group_
 
 
 def lock(conn: Any, cluster: str) -> None:
-    """Serialises evaluations of one cluster (until the transaction ends)."""
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
-                  {"key": f"groupscope-alerts:{cluster}"})
+    """Serialises evaluations of one cluster, for the connection's session (``unlock``, or
+    the session's end, releases it): an evaluation commits its deliveries one by one while it
+    holds it."""
+    conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"),
+                 {"key": f"groupscope-alerts:{cluster}"})
+
+
+def unlock(conn: Any, cluster: str) -> None:
+    conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"),
+                 {"key": f"groupscope-alerts:{cluster}"})
 
 
 def open_incidents(conn: Any, cluster: str | None = None) -> list[Incident]:
