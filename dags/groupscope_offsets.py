@@ -14,6 +14,7 @@ from groupscope_airflow import (
     cluster_name,
     default_args,
     kafka_connection_ids,
+    warehouse_url,
 )
 
 from groupscope.contract.layout import offsets_asset_uri
@@ -26,6 +27,9 @@ every record (commits, classic generations, consumer-protocol epochs and assignm
 deletions; unknown or undecodable records are kept with their bytes) and lands them as
 Parquet batches under `{landing}/offsets_topic/`. A killed or repeated run neither loses nor
 duplicates an event. Needs read access to `__consumer_offsets` (Describe/Read on the topic).
+Then `load_generations` loads the rebalances landed (classic generations, consumer-group epochs)
+into `raw.group_generations`, which the rebalance-storm alert counts over its sliding window; a
+warehouse that is down is caught up by the next run.
 """
 
 
@@ -50,7 +54,12 @@ def offsets_dag(conn_id: str) -> None:
                                    datetime.now(UTC), SETTINGS.kafka_timeout_s,
                                    run_timeout_s=15 * 60)
 
-        ingest()
+        @task
+        def load_generations() -> dict[str, int]:
+            return pipeline.load_generations(warehouse_url(), SETTINGS.landing, cluster,
+                                             datetime.now(UTC))
+
+        ingest() >> load_generations()
 
     offsets()
 

@@ -1,5 +1,6 @@
 """One pass of what the snapshot DAG and the live DAG do for one snapshot (collect, gate,
-load, live marts, evaluate the alerts), in the test process: the scenario tests run it in a
+load, live marts, evaluate the alerts; with ``ingest``, the offsets-topic DAG's ingest and
+load of the rebalances too), in the test process: the scenario tests run it in a
 loop, with time compressed through settings, instead of waiting for Airflow's schedule."""
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ class Loop:
     """One pass = what the snapshot DAG and the live DAG do for one snapshot."""
 
     def __init__(self, cluster: str, bootstrap: str, url: str, landing: Path, spark: Any,
-                 channels: dict[str, Any], rules: Any) -> None:
+                 channels: dict[str, Any], rules: Any, *, ingest: bool = False) -> None:
         self.cluster = ClusterConfig(cluster, {"bootstrap.servers": bootstrap})
         self.url, self.landing, self.spark = url, landing, spark
-        self.channels, self.rules = channels, rules
+        self.channels, self.rules, self.ingest = channels, rules, ingest
         self.last: datetime | None = None
+        self.snapshot_every = timedelta(seconds=30)
         self.summaries: list[dict[str, Any]] = []
         self.seconds: dict[str, list[float]] = {}
 
@@ -42,6 +44,10 @@ class Loop:
         step("load")
         pipeline.live_analytics(self.spark, self.url, self.landing, self.cluster.name, now)
         step("live marts")
+        if self.ingest:
+            pipeline.ingest(self.cluster, self.landing, now, 10.0, 60.0)
+            pipeline.load_generations(self.url, self.landing, self.cluster.name, now)
+            step("ingest")
         summary = self.evaluate(now)
         step("evaluate")
         self.last = now
@@ -49,7 +55,7 @@ class Loop:
 
     def evaluate(self, now: datetime) -> dict[str, Any]:
         summary = pipeline.evaluate_alerts(self.url, self.cluster.name, self.rules,
-                                           self.channels, now, timedelta(seconds=30),
+                                           self.channels, now, self.snapshot_every,
                                            "http://grafana.local:3000")
         self.summaries.append(summary)
         return summary

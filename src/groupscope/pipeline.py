@@ -102,6 +102,17 @@ def ingest(cluster: ClusterConfig, landing: Path, ingest_ts: datetime, timeout_s
     return summary
 
 
+def load_generations(warehouse_url: str, landing: Path, cluster: str,
+                     now: datetime) -> dict[str, int]:
+    """Loads the rebalances of the landed offsets-topic batches not loaded yet into
+    ``raw.group_generations`` (what the rebalance-storm condition counts); returns how many
+    batches and rows."""
+    from groupscope.warehouse.generations import load_generations as load
+
+    with _warehouse(warehouse_url) as engine:
+        return load(engine, landing, cluster, now).as_dict()
+
+
 def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
                       backlog: timedelta = DEFAULT_BACKLOG) -> list[Any]:
     """Landed snapshots of the last ``backlog`` not yet loaded and not rejected, oldest first."""
@@ -405,7 +416,8 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
                 observed = conditions.observe(
                     conn, cluster, {r.condition for r in rules.rules}, now, snapshot_every,
                     stale_intervals=_stale_intervals(rules, cluster),
-                    open_groups={i.group_id for i in current if i.group_id}, me=me)
+                    open_groups={i.group_id for i in current if i.group_id}, me=me,
+                    rebalance_window=rules.rebalance_window)
                 result = incidents.evaluate(rules, observed, current, now)
                 incidents.save(conn, result.incidents)
                 owed = incidents.owe(conn, result.notices, lambda i: [

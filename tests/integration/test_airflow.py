@@ -184,6 +184,7 @@ def test_dag_test_runs_snapshot_analytics_quality_chain(deployment: Deployment,
                                 "load": "success"}
     ingest = d.harness("test", f"groupscope_offsets_{d.cluster}")
     assert ingest["state"] == "success", ingest["log"][-3000:]
+    assert ingest["tasks"] == {"ingest": "success", "load_generations": "success"}
     assert (d.landing / "offsets_topic" / f"cluster={d.cluster}").is_dir()
 
     with warehouse_engine.connect() as conn:

@@ -406,9 +406,10 @@ def test_reader_role_is_rerunnable_and_new_views_are_readable(filled: Filled,
 
 
 def test_grafana_alert_conditions_equal_groupscopes_own(filled: Filled) -> None:
-    """serve.alert_conditions (what the exported Grafana rules read) gives every group and
-    cluster condition the value groupscope's own alert evaluation computes
-    (groupscope.serve.alerting.conditions.observe), so the two alerting paths cannot drift apart."""
+    """serve.alert_conditions (what the exported Grafana rules read) unpivots the views
+    groupscope's own evaluation reads (serve.group_conditions, serve.cluster_conditions): every
+    group and cluster condition has the value observe() gives it, unknown ones excepted (no
+    row: Grafana's NoData)."""
     from groupscope.serve.alerting.conditions import CLUSTER_CONDITIONS, GROUP_CONDITIONS, observe
 
     engine = warehouse.engine_for(filled.url)

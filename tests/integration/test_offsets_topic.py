@@ -90,7 +90,7 @@ def _step(members: list[MemberProcess], before: dict[int, int], what: str) -> No
 
 
 def test_scripted_churn_gives_exactly_the_generations_the_clients_observed(
-        kafka: KafkaCluster, tmp_path: Path) -> None:
+        kafka: KafkaCluster, tmp_path: Path, postgres: Any, warehouse_engine: Any) -> None:
     bootstrap = kafka.bootstrap
     group, t1, t2 = unique("churn"), unique("churn-a"), unique("churn-b")
     create_topic(bootstrap, t1, 4)
@@ -176,6 +176,22 @@ def test_scripted_churn_gives_exactly_the_generations_the_clients_observed(
     assert sum(len(m.partitions) for m in gens[7].members) == 6 + 2
     assert all(m.session_timeout_ms in (10000, 30000) for m in gens[7].members)
     assert gens[3].partitions_moved >= 1  # b's partitions went to the others
+
+    # The same generations, loaded into the warehouse for the rebalance-storm alert: each
+    # once, at its record's time, and a second load finds nothing new.
+    from groupscope import pipeline
+
+    first = pipeline.load_generations(postgres.url, root, "it", datetime.now(UTC))
+    assert first["batches"] >= 1 and first["rows"] >= 8
+    assert pipeline.load_generations(postgres.url, root, "it", datetime.now(UTC)) == \
+        {"batches": 0, "rows": 0}
+    with warehouse_engine.connect() as conn:
+        loaded = conn.exec_driver_sql(
+            "SELECT generation, group_protocol, min(event_ts) FROM raw.group_generations"
+            " WHERE cluster = 'it' AND group_id = %(g)s GROUP BY 1, 2 ORDER BY 1",
+            {"g": group}).all()
+    assert [(g, p) for g, p, _ in loaded] == [(n, "classic") for n in range(1, 9)]
+    assert [t for _, _, t in loaded] == [g.timestamp for g in gens]
 
     # The CLI reads the group's own offsets-topic partition and prints the same timeline.
     cli = [sys.executable, "-m", "groupscope.cli", "rebalances", "--bootstrap", bootstrap,

@@ -642,3 +642,13 @@ def test_huge_ints_as_durations_do_not_overflow() -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(math.nan)
     assert parse_duration(3650 * 86400) == timedelta(days=3650)
+
+
+def test_the_rebalance_window_is_an_hour_unless_given_and_bounded() -> None:
+    assert builtin_rules().rebalance_window == timedelta(hours=1)
+    assert load_rules_text("rebalance_window: 10m\n", "f").rebalance_window == \
+        timedelta(minutes=10)
+    for bad in ("5s", "2d"):
+        with pytest.raises(RulesError, match=r"f: field 'rebalance_window': must be from 10s "
+                                             r"to 1d, not "):
+            load_rules_text(f"rebalance_window: {bad}\n", "f")

@@ -75,40 +75,9 @@ def unknown(condition: str, cluster: str, group_id: str, why: str,
     return Observation(condition, cluster, group_id, math.nan, details or {}, topic, why)
 
 
-_GROUPS = text("""
-WITH latest AS (
-    SELECT max(snapshot_ts) AS ts FROM mart.group_status WHERE cluster = :cluster
-)
-SELECT s.group_id, s.snapshot_ts, s.status,
-       s.ok_partitions + s.warn_partitions + s.stall_partitions + s.stop_partitions
-         + s.rewind_partitions AS partitions,
-       s.stall_partitions, s.stop_partitions, s.rewind_partitions,
-       s.worst_topic, s.worst_partition, s.worst_reason,
-       l.lag, l.max_lag, l.beyond_retention_partitions,
-       coalesce(l.max_time_lag_exact_s, l.max_time_lag_estimated_s) AS time_lag_s,
-       l.max_time_lag_exact_s IS NOT NULL AS time_lag_exact,
-       c.state, c.member_count, previous.lag AS previous_lag,
-       (SELECT count(*) FROM mart.partition_status p
-        WHERE p.cluster = s.cluster AND p.snapshot_ts = s.snapshot_ts
-          AND p.group_id = s.group_id AND p.rule = 'group_empty') AS empty_partitions
-FROM mart.group_status s
-JOIN latest ON s.snapshot_ts = latest.ts
-LEFT JOIN mart.group_lag l
-  ON l.cluster = s.cluster AND l.snapshot_ts = s.snapshot_ts AND l.group_id = s.group_id
-LEFT JOIN raw.consumer_groups c
-  ON c.cluster = s.cluster AND c.snapshot_ts = s.snapshot_ts AND c.group_id = s.group_id
-LEFT JOIN LATERAL (
-    SELECT p.lag FROM mart.group_lag p
-    WHERE p.cluster = s.cluster AND p.group_id = s.group_id AND p.snapshot_ts < s.snapshot_ts
-    ORDER BY p.snapshot_ts DESC LIMIT 1) previous ON true
-WHERE s.cluster = :cluster
-""")
-
-_REBALANCES = text("""
-SELECT group_id, count(*) AS rebalances FROM mart.rebalance_events
-WHERE cluster = :cluster AND event_ts > :since AND event_ts <= :until
-GROUP BY group_id
-""")
+# The group conditions' values, and what a notification says of the group, at the cluster's
+# newest status snapshot: defined once, in the view (the exported Grafana rules read it too).
+_GROUPS = text("SELECT * FROM serve.group_conditions WHERE cluster = :cluster")
 
 # Since when the group's committed offsets have not moved (the oldest snapshot, in the last
 # `horizon`, at which every partition already had its current committed offset), and since
@@ -136,14 +105,7 @@ SELECT (SELECT min(c.snapshot_ts) FROM raw.committed_offsets c, moved
                 AND h.member_count > 0), '-infinity')) AS no_members_since
 """)
 
-_COLLECTOR = text("""
-SELECT max(snapshot_ts) FILTER (WHERE complete) AS last_complete,
-       max(snapshot_ts) AS last_snapshot,
-       count(*) FILTER (WHERE NOT complete AND snapshot_ts > coalesce(
-           (SELECT max(snapshot_ts) FROM raw.snapshots WHERE cluster = :cluster AND complete),
-           '-infinity')) AS incomplete_in_a_row
-FROM raw.snapshots WHERE cluster = :cluster
-""")
+_COLLECTOR = text("SELECT * FROM serve.cluster_conditions WHERE cluster = :cluster")
 
 _QUALITY = text("""
 SELECT DISTINCT ON (suite) suite, subject, success, failed, checked_at
@@ -222,13 +184,21 @@ class SelfState:
 
 def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
             snapshot_every: timedelta, *, stale_intervals: float = math.inf,
-            open_groups: Iterable[str] = (), me: SelfState | None = None) -> list[Observation]:
+            open_groups: Iterable[str] = (), me: SelfState | None = None,
+            rebalance_window: timedelta = timedelta(hours=1)) -> list[Observation]:
     """The values of ``conditions`` (kinds) for every subject of ``cluster``.
     ``stale_intervals``: how far behind the newest snapshot (in snapshot intervals) the status
     rows may be before every group value is unknown; ``open_groups``: the groups with an open
     incident, so that one missing from the newest status snapshot is told apart as deleted
-    (its incidents resolve) or unknown (they are kept)."""
+    (its incidents resolve) or unknown (they are kept); ``rebalance_window``: the sliding window
+    rebalances_per_hour counts over (scaled to an hour)."""
     wanted = set(conditions)
+    # The views' parameters (serve.group_conditions, serve.cluster_conditions), for this
+    # session: set every time, so a pooled connection never keeps an earlier evaluation's.
+    conn.execute(text("SELECT set_config('groupscope.evaluated_at', :at, false), "
+                      "set_config('groupscope.rebalance_window', :window, false)"),
+                 {"at": now.isoformat(),
+                  "window": f"{rebalance_window.total_seconds()!r} seconds"})
     observations: list[Observation] = []
     analytics = conn.execute(_ANALYTICS, {"cluster": cluster}).one()
     behind = _analytics_behind(analytics, snapshot_every)
@@ -286,32 +256,13 @@ def _seconds(value: float) -> str:
 def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: set[str],
                         stale: str | None) -> list[Observation]:
     rows = conn.execute(_GROUPS, {"cluster": cluster}).mappings().all()
-    rebalances: dict[str, int] = {}
     at = max((r["snapshot_ts"] for r in rows), default=None)
-    if "rebalances_per_hour" in wanted and at is not None:
-        rebalances = {r.group_id: int(r.rebalances) for r in conn.execute(
-            _REBALANCES, {"cluster": cluster, "since": at - timedelta(hours=1), "until": at})}
     observations: list[Observation] = []
     for row in rows:
         details = _group_details(row)
-        growth = (row["lag"] - row["previous_lag"]
-                  if row["lag"] is not None and row["previous_lag"] is not None else 0)
-        # The status rule decides "lost its members" (groupscope.analyze.status, rule
-        # group_empty): it knows the guards, e.g. a commit-only group is always Empty.
-        no_members = row["empty_partitions"] > 0
-        values = {
-            "group_status_err": row["stop_partitions"] + row["stall_partitions"],
-            "partition_rewind": row["rewind_partitions"],
-            "lag_seconds": row["time_lag_s"],
-            "lag_records": row["lag"],
-            "lag_beyond_retention": row["beyond_retention_partitions"],
-            "group_empty_lag_growing": max(growth, 0) if no_members else 0,
-            "rebalances_per_hour": rebalances.get(row["group_id"], 0),
-        }
+        values = {kind: row[kind] for kind in GROUP_CONDITIONS}
         if stale is None and (values["group_status_err"] or values["group_empty_lag_growing"]):
             details.update(_stopped_since(conn, cluster, row["group_id"], row["snapshot_ts"]))
-        details["rebalances_last_hour"] = rebalances.get(row["group_id"])
-        details["lag_growth"] = growth
         for kind, value in values.items():
             if stale is not None:
                 observations.append(unknown(kind, cluster, row["group_id"], stale, details))
@@ -368,8 +319,10 @@ def _group_details(row: Any) -> dict[str, Any]:
     keys = ("status", "partitions", "stall_partitions", "stop_partitions", "rewind_partitions",
             "worst_topic", "worst_partition", "worst_reason", "lag", "max_lag",
             "beyond_retention_partitions", "time_lag_s", "time_lag_exact", "state",
-            "member_count", "previous_lag")
+            "member_count", "previous_lag", "lag_growth", "rebalances_source",
+            "rebalance_window_s")
     details = {k: row[k] for k in keys}
+    details["rebalances_in_window"] = row["rebalances"]
     details["snapshot_ts"] = row["snapshot_ts"].isoformat()
     return details
 
@@ -385,24 +338,17 @@ def _stopped_since(conn: Any, cluster: str, group_id: str, at: datetime) -> dict
 def _cluster_observations(conn: Any, cluster: str, wanted: set[str], now: datetime,
                           snapshot_every: timedelta) -> list[Observation]:
     observations: list[Observation] = []
-    collector = conn.execute(_COLLECTOR, {"cluster": cluster}).one()
-    if collector.last_snapshot is not None:
-        # Never-complete clusters count from their first snapshot: a monitor that has only
-        # ever taken partial snapshots is as blind as one that takes none.
-        last_good = collector.last_complete
-        if last_good is None:
-            last_good = conn.execute(text(
-                "SELECT min(snapshot_ts) FROM raw.snapshots WHERE cluster = :cluster"),
-                {"cluster": cluster}).scalar_one()
-        intervals = max((now - last_good) / snapshot_every, 0.0)
+    collector = conn.execute(_COLLECTOR, {"cluster": cluster}).one_or_none()
+    if collector is not None and collector.last_snapshot is not None:
         common = {"last_complete_snapshot": _iso(collector.last_complete),
                   "last_snapshot": _iso(collector.last_snapshot),
                   "snapshot_every_s": snapshot_every.total_seconds()}
-        observations.append(Observation("collector_stale", cluster, "", intervals,
-                                        {**common, "since_s": (now - last_good)
-                                         .total_seconds()}))
+        observations.append(Observation(
+            "collector_stale", cluster, "",
+            float(collector.collector_stale_s) / snapshot_every.total_seconds(),
+            {**common, "since_s": float(collector.collector_stale_s)}))
         observations.append(Observation("snapshot_incomplete", cluster, "",
-                                        float(collector.incomplete_in_a_row), common))
+                                        float(collector.snapshot_incomplete), common))
     else:
         # No snapshot left (retention emptied raw.snapshots, or none ever landed): the
         # collector's health cannot be judged, and is not "recovered" either.
@@ -413,7 +359,8 @@ def _cluster_observations(conn: Any, cluster: str, wanted: set[str], now: dateti
                                                  "since": now - QUALITY_HORIZON})
               if not r.success]
     observations.append(Observation(
-        "quality_gate_failed", cluster, "", float(len(failed)),
+        "quality_gate_failed", cluster, "",
+        float(collector.quality_gate_failed) if collector is not None else 0.0,
         {"failed_suites": [{"suite": r.suite, "subject": r.subject, "failed": r.failed,
                             "checked_at": r.checked_at.isoformat()} for r in failed]}))
     return observations

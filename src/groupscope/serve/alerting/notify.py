@@ -101,7 +101,7 @@ def headline(incident: Incident) -> str:
         "lag_records": f"lag {_count(incident.value)} records",
         "lag_beyond_retention": "LAG BEYOND RETENTION (data lost to the consumer)",
         "group_empty_lag_growing": "EMPTY while its lag grows",
-        "rebalances_per_hour": f"REBALANCE STORM ({_count(incident.value)} in the last hour)",
+        "rebalances_per_hour": f"REBALANCE STORM ({_count(incident.value)} an hour)",
         "collector_stale": "collector STALE",
         "snapshot_incomplete": "snapshots INCOMPLETE",
         "quality_gate_failed": "quality gate FAILED",
@@ -149,8 +149,15 @@ def detail_lines(incident: Incident) -> list[str]:
                 "are below the log start: records the group had not read were deleted by "
                 f"retention; {lag}.", members_line]
     if condition == "rebalances_per_hour":
-        return [f"{_count(incident.value)} rebalances in the hour up to "
-                f"{_clock(d.get('snapshot_ts'))} (threshold {_count(incident.threshold)}); "
+        window = d.get("rebalance_window_s") or 3600.0
+        source = {"offsets_topic": "the generations in __consumer_offsets",
+                  "rebalance_events": "the hourly rebalance events (no offsets-topic history)"}
+        counted = (f"{_count(d.get('rebalances_in_window'))} rebalances in the "
+                   f"{duration(window)} up to {_clock(d.get('snapshot_ts'))}")
+        if window != 3600.0:
+            counted += f", {_count(incident.value)} an hour"
+        return [f"{counted} (threshold {_count(incident.threshold)} an hour; counted from "
+                f"{source.get(d.get('rebalances_source') or '', 'the rebalance events')}); "
                 f"{lag}.", members_line]
     if condition == "collector_stale":
         return [f"No complete snapshot for {duration(d.get('since_s'))} "

@@ -371,6 +371,16 @@ class RuleSet(_Strict):
     retry_initial: Duration = timedelta(seconds=30)
     retry_max: Duration = timedelta(minutes=15)
     heartbeat: Heartbeat | None = None
+    # The sliding window rebalances_per_hour counts over, scaled to an hour: an hour, except
+    # to compress time in a test (or to look at a storm through a shorter lens).
+    rebalance_window: Duration = timedelta(hours=1)
+
+    @field_validator("rebalance_window")
+    @classmethod
+    def _rebalance_window(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=10) <= value <= timedelta(days=1):
+            raise ValueError(f"must be from 10s to 1d, not {_seconds(value)}")
+        return value
 
     @field_validator("retry_initial")
     @classmethod
@@ -536,7 +546,7 @@ def builtin_rules() -> RuleSet:
 # The rule set's own keys: a file that gives one replaces the built-in value.
 _RULESET_KEYS = ("channels", "routes", "repeat_interval", "keep_firing_for",
                  "unknown_notice_after", "delivery_max_age", "retry_initial", "retry_max",
-                 "heartbeat")
+                 "heartbeat", "rebalance_window")
 
 
 def rules_source(path: Path) -> str:
