@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pytest
 
 from groupscope import quality
 from groupscope.contract.model import GroupType
@@ -128,3 +131,65 @@ def test_rejected_snapshots_are_marked_with_the_reason(tmp_path: Path) -> None:
     quality.reject(landed, result)
     assert quality.rejected_ids(tmp_path, "c1") == {"c1-x"}
     assert "2/3 expectations passed" in result.summary()
+
+
+def _arrow(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    # The landed tables' schemas, the columns the frames leave out as nulls.
+    def schema(name: str) -> pa.Schema:
+        return pa.schema([f.with_nullable(True) for f in quality.SCHEMAS[name]])
+
+    return {name: pa.Table.from_pandas(frame.reindex(columns=quality.SCHEMAS[name].names),
+                                       schema=schema(name), preserve_index=False)
+            for name, frame in frames.items()}
+
+
+def _verdicts(failures: list[quality.Failure]) -> set[tuple[str, str, str, str]]:
+    """Each failure's table, expectation, column and how many rows (or what it observed)."""
+    return {(f.table, f.expectation,
+             str(f.arguments.get("column", f.arguments.get("column_A"))),
+             f.observed.split(", e.g.")[0]) for f in failures}
+
+
+def _landed_defects() -> dict[str, pd.DataFrame]:
+    frames = _landed_frames()
+    frames["committed_offsets"] = pd.concat([frames["committed_offsets"]] * 2)
+    frames["partition_offsets"].loc[0, "log_start_offset"] = 20
+    frames["partition_offsets"].loc[1, "cluster"] = "other"
+    frames["partition_offsets"].loc[1, "partition"] = -1
+    frames["consumer_groups"].loc[0, "group_type"] = "mystery"
+    frames["consumer_groups"].loc[0, "member_count"] = -2
+    frames["snapshots"] = pd.concat([frames["snapshots"]] * 2)
+    return frames
+
+
+@pytest.mark.parametrize("frames", [_landed_frames, _landed_defects], ids=["sound", "defects"])
+def test_the_arrow_validator_gives_great_expectations_verdicts_on_landed_snapshots(
+        frames: Any) -> None:
+    checks = quality.landed_checks(MANIFEST)
+    ge_count, ge_failures = quality.validate("parity", frames(), checks)
+    count, failures = quality.validate_arrow(_arrow(frames()), checks)
+    assert count == ge_count
+    assert _verdicts(failures) == _verdicts(ge_failures)
+    assert bool(failures) == (frames is _landed_defects)
+
+
+def test_the_arrow_validator_gives_great_expectations_verdicts_on_the_marts() -> None:
+    frames = _mart_frames(pd.concat([
+        _partition_lag(committed_offset=-1, lag=10, high_watermark_minus_committed=10,
+                       lag_beyond_retention=True),
+        _partition_lag(committed_offset=12, lag=-3, high_watermark_minus_committed=-3),
+        _partition_lag(lag=7, time_lag_kind="guessed", catch_up_s=-1.0)]))
+    frames["lag_coverage"] = pd.DataFrame({"snapshot_ts": [TS], "raw_partitions": [3],
+                                           "mart_rows": [2]})
+    ge_count, ge_failures = quality.validate("parity-marts", frames, quality.mart_checks())
+    count, failures = quality.validate_arrow(
+        {n: pa.Table.from_pandas(f, preserve_index=False) for n, f in frames.items()},
+        quality.mart_checks())
+    assert count == ge_count and len(failures) >= 4
+    assert _verdicts(failures) == _verdicts(ge_failures)
+
+
+def test_the_arrow_validator_refuses_an_expectation_it_does_not_know() -> None:
+    with pytest.raises(KeyError):
+        quality.validate_arrow(_arrow(_landed_frames()),
+                               {"snapshots": [("ExpectColumnToExist", {"column": "x"})]})
