@@ -1,8 +1,7 @@
 """Quality-gate benchmark: the ``landed_snapshot`` suite on one landed snapshot of a large
 cluster, with Great Expectations 1.x over pandas and with the Arrow validator the gate runs
-(``quality.validate_arrow``: the same expectations and verdicts), and the ``marts`` suite's partition_lag checks on
-an hour of partition rows. The gate runs once per snapshot DAG run, so its time is part of
-every minute's budget.
+(``quality.validate_arrow``: the same expectations and verdicts). The gate runs once per
+snapshot DAG run, on the path to the alerts.
 
     .venv/bin/python bench/quality_bench.py [--groups 2000] [--partitions 50]
 """
