@@ -20,7 +20,7 @@ from groupscope.serve.alerting.incidents import (
     Undelivered,
     evaluate,
 )
-from groupscope.serve.alerting.notify import deliver, duration, messages
+from groupscope.serve.alerting.notify import _tag, deliver, duration, messages
 from groupscope.serve.alerting.rules import load_rules
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
@@ -287,6 +287,31 @@ def test_old_deliveries_are_given_up_and_removed_channels_dropped(tmp_path: Path
     assert outcome["pager"].startswith("dropped 1")
 
 
+def test_a_new_episode_waits_for_the_old_episodes_resolved_on_its_channel(
+        tmp_path: Path) -> None:
+    # The old episode's RESOLVED failed and waited out its backoff; meanwhile the condition
+    # held again and a new incident of the same rule and group fired.
+    old = _owed("resolved", "a", resolved=True)[0]
+    old = Undelivered(old.incident, "resolved", "webhook", 1, T0, T0 - timedelta(seconds=1),
+                      "HTTP 503")
+    new_incident = replace(_owed("firing", "a")[0].incident, incident_id="id-a-2",
+                           started_at=T0 + timedelta(seconds=5))
+    new = Undelivered(new_incident, "firing", "webhook", 0, T0 + timedelta(seconds=5))
+    sent: list[tuple[str, Message]] = []
+    log = Log()
+    later = T0 + timedelta(seconds=10)
+    outcome = deliver([new, old], {"webhook": Good("webhook", sent)}, "http://g", log, later,
+                      delivery_rules(tmp_path))
+    assert [m.subject for _, m in sent] == [messages([old], "http://g")[0][0].subject]
+    assert sent[0][1].kind == "resolved"
+    assert log.rows == [("webhook", "resolved", "sent", None)]
+    assert "1 held behind an older episode" in outcome["webhook"]
+    # Next evaluation: the old episode is delivered, the new FIRING goes.
+    deliver([new], {"webhook": Good("webhook", sent)}, "http://g", log, later,
+            delivery_rules(tmp_path))
+    assert sent[1][1].kind == "firing" and len(sent) == 2
+
+
 def test_a_connection_that_cannot_be_read_is_a_retry_not_a_missing_channel(
         tmp_path: Path) -> None:
     log = Log()
@@ -315,6 +340,20 @@ def test_unknown_keeps_a_firing_incident_and_says_so_once(tmp_path: Path) -> Non
     assert "COORDINATOR_NOT_AVAILABLE" in held.details["unknown_why"]
     # Evidence that it cleared resolves it at once (it last held 11 minutes ago).
     assert run.at(700, err("payments", 0)) == ["resolved group_err payments"]
+
+
+def test_each_unknown_spell_of_a_firing_incident_owes_a_notice_of_its_own(
+        tmp_path: Path) -> None:
+    run = Run(on_unknown_rules(tmp_path))
+    run.at(0, err("payments", 12))
+    gap = unknown("group_status_err", "prod", "payments", "a coordinator restarting")
+    first = [n for t in range(60, 420, 60) for n in run.at(t, gap)]
+    assert run.at(420, err("payments", 12)) == []  # known again, still firing
+    second = [n for t in range(480, 840, 60) for n in run.at(t, gap)]
+    # Two deliveries (an ``unknown`` row per spell would be dropped as a duplicate of the
+    # first), each with its own dedup key.
+    assert (first, second) == (["unknown group_err payments"], ["unknown-2 group_err payments"])
+    assert _tag("unknown-2") == "UNKNOWN"
 
 
 def test_unknown_never_starts_nor_advances_an_incident(tmp_path: Path) -> None:

@@ -190,13 +190,25 @@ def _inhibited(notices: list[Notice], incidents: Iterable[Incident], now: dateti
 
 UNKNOWN_SINCE, UNKNOWN_WHY, UNKNOWN_NOTICED = "unknown_since", "unknown_why", "unknown_noticed"
 _UNKNOWN_KEYS = (UNKNOWN_SINCE, UNKNOWN_WHY, UNKNOWN_NOTICED)
+# How many unknown notices the incident has owed, over all its unknown spells: the second
+# spell's notice is ``unknown-2`` (a delivery of its own, with a dedup key of its own).
+UNKNOWN_NOTICES = "unknown_notices"
+
+
+def unknown_notification(notices_before: int) -> str:
+    return "unknown" if notices_before == 0 else f"unknown-{notices_before + 1}"
+
+
+def is_unknown_notice(notification: str) -> bool:
+    return notification == "unknown" or notification.startswith("unknown-")
 
 
 def _unknown(incident: Incident | None, obs: Observation, now: datetime,
              rules: RuleSet) -> tuple[Incident | None, Notice | None]:
     """The value is unknown and the rule keeps the state: nothing starts, nothing fires or
     resolves; the incident notes since when and why, and a firing one that stays unknown for
-    ``unknown_notice_after`` owes one ``unknown`` notification for the spell."""
+    ``unknown_notice_after`` owes one ``unknown`` notification for the spell (``unknown-N``
+    for its Nth spell)."""
     if incident is None:
         return None, None
     since = incident.details.get(UNKNOWN_SINCE) or now.isoformat()
@@ -204,8 +216,10 @@ def _unknown(incident: Incident | None, obs: Observation, now: datetime,
     updated = replace(incident, evaluated_at=now, details=details)
     if (incident.state == FIRING and not incident.details.get(UNKNOWN_NOTICED)
             and now - datetime.fromisoformat(since) >= rules.unknown_notice_after):
-        updated = replace(updated, details={**details, UNKNOWN_NOTICED: True})
-        return updated, Notice(updated, "unknown")
+        before = int(incident.details.get(UNKNOWN_NOTICES) or 0)
+        updated = replace(updated, details={**details, UNKNOWN_NOTICED: True,
+                                            UNKNOWN_NOTICES: before + 1})
+        return updated, Notice(updated, unknown_notification(before))
     return updated, None
 
 
@@ -263,8 +277,8 @@ def _clear(incident: Incident, now: datetime, rules: RuleSet,
 def _details(obs: Observation, incident: Incident | None = None) -> dict[str, Any]:
     """What the message needs, with the condition kind (a rule of the user's may use any),
     and the episode's inhibition mark."""
-    held = {INHIBITED: incident.details[INHIBITED]} \
-        if incident is not None and incident.details.get(INHIBITED) else {}
+    held = {k: incident.details[k] for k in (INHIBITED, UNKNOWN_NOTICES)
+            if incident is not None and incident.details.get(k)}
     why = {UNKNOWN_WHY: obs.unknown} if obs.unknown is not None else {}
     return {**obs.details, "condition": obs.condition, **held, **why}
 

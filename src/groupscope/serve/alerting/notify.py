@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from groupscope.serve.alerting.channels import Channel, ChannelError, Message
-from groupscope.serve.alerting.incidents import Incident, Undelivered
+from groupscope.serve.alerting.incidents import Incident, Undelivered, is_unknown_notice
 from groupscope.serve.alerting.rules import RuleSet
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,9 @@ def incident_fields(incident: Incident, notification: str, dashboard: str) -> di
 
 
 def _tag(notification: str) -> str:
-    return {"resolved": "RESOLVED", "unknown": "UNKNOWN"}.get(notification, "FIRING")
+    if is_unknown_notice(notification):
+        return "UNKNOWN"
+    return "RESOLVED" if notification == "resolved" else "FIRING"
 
 
 def _unknown_line(incident: Incident) -> str:
@@ -342,7 +344,7 @@ def messages(items: Iterable[Undelivered], dashboard: str) -> list[tuple[Message
             continue
         kinds.setdefault(_tag(item.notification), []).append(item)
     fired_too = frozenset(i for i, earlier in absorbed.items()
-                          if any(e.notification != "unknown" for e in earlier))
+                          if any(not is_unknown_notice(e.notification) for e in earlier))
     result = []
     for tag in ("FIRING", "UNKNOWN", "RESOLVED"):
         batch = kinds.get(tag, [])
@@ -393,7 +395,11 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
       FIRING in backoff): after its N-th failure in a row it waits ``rules.retry_delay(N)``;
       what is owed longer than ``rules.delivery_max_age`` is given up.
     - After a failed send, the channel's other messages of this evaluation are not attempted:
-      they fail with the same error and keep their order for the retry."""
+      they fail with the same error and keep their order for the retry.
+    - One episode of a rule and subject at a time: what a newer incident of the same
+      fingerprint owes waits (untouched) until the older one's notifications to the channel
+      are delivered or given up, so a receiver never gets the new FIRING before the old
+      RESOLVED."""
     known = {c.name for c in rules.channels}
     unavailable = unavailable or {}
     per_channel: dict[str, list[Undelivered]] = {}
@@ -413,6 +419,7 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
             log_to.given_up(expired, f"given up after {age} undelivered; last error: {last}")
             gone = {(i.incident.incident_id, i.notification) for i in expired}
             items = [i for i in items if (i.incident.incident_id, i.notification) not in gone]
+        items, held = _oldest_episodes(items)
         waiting: datetime | None = max(
             (i.next_attempt_at for i in items if i.next_attempt_at is not None), default=None)
         if waiting is not None and waiting > now:
@@ -437,7 +444,24 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
             outcome[name] = error
         elif items or expired:
             outcome[name] = f"sent {sent}"
+        if held:
+            outcome[name] = (f"{outcome.get(name, 'sent 0')}; {len(held)} held behind an older "
+                             "episode of the same rule and subject")
     return outcome
+
+
+def _oldest_episodes(items: list[Undelivered]) -> tuple[list[Undelivered], list[Undelivered]]:
+    """(the items of the oldest incident of each fingerprint, the others)."""
+    oldest: dict[str, Incident] = {}
+    for item in items:
+        known = oldest.get(item.incident.fingerprint)
+        if known is None or (item.incident.started_at, item.incident.incident_id) < (
+                known.started_at, known.incident_id):
+            oldest[item.incident.fingerprint] = item.incident
+    def due(item: Undelivered) -> bool:
+        return oldest[item.incident.fingerprint].incident_id == item.incident.incident_id
+
+    return [i for i in items if due(i)], [i for i in items if not due(i)]
 
 
 def send_one(channel: Channel, message: Message) -> str | None:
