@@ -259,7 +259,10 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
     """Warehouse housekeeping: creates the partitions of today and the coming days, then drops
     the partitions older than their family's retention (``keep``: raw, mart, hourly), each
     recorded in ``ops.retention_drops``. Idempotent: a second run drops nothing. Returns a
-    summary (XCom-safe)."""
+    summary (XCom-safe). Resolved alert incidents that owe nothing are deleted with the marts
+    (``mart`` retention)."""
+    from groupscope import warehouse
+    from groupscope.serve.alerting import incidents
     from groupscope.warehouse import partitions
 
     try:
@@ -268,7 +271,10 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
         raise StageFailed(f"retention: {exc}") from None
     with _warehouse(warehouse_url) as engine:
         run = partitions.apply_retention(engine, keep, now)
-    return run.summary()
+        with warehouse.connect(engine) as conn, conn.begin():
+            # Resolved incidents go with the marts they were judged on.
+            pruned = incidents.prune(conn, now - keep["mart"])
+    return {**run.summary(), "alert_incidents_pruned": pruned}
 
 
 # The live path computes at most this much after downtime (the newest snapshots first); what is

@@ -123,8 +123,31 @@ def test_retention_drops_old_partitions_and_keeps_current_ones(
     warehouse.replace_interval_rows(engine, "mart", [("rebalance_hourly", _rebalance_hourly(
         cluster, hours))], cluster, "period_start", hours[-1], NOW)
 
+    # Alert incidents: resolved before the marts' limit and owing nothing (pruned), resolved
+    # as long ago but with a delivery still retried (kept), resolved recently (kept).
+    with engine.begin() as conn:
+        for incident_id, resolved_days_ago, owed in (("old", 91, None), ("owing", 91, "failed"),
+                                                     ("recent", 10, None)):
+            resolved = NOW - timedelta(days=resolved_days_ago)
+            conn.execute(text(
+                "INSERT INTO ops.alert_incidents (incident_id, fingerprint, rule, severity, "
+                "cluster, group_id, topic, state, started_at, last_seen_at, evaluated_at, "
+                "resolved_at, value, threshold, details, labels, runbook) VALUES (:i, :i, 'r', "
+                "'critical', :c, 'g', '', 'resolved', :t, :t, :t, :t, 1, 0, '{}', '{}', '')"),
+                {"i": incident_id, "c": cluster, "t": resolved})
+            conn.execute(text(
+                "INSERT INTO ops.alert_deliveries (incident_id, notification, channel, state, "
+                "created_at) VALUES (:i, 'resolved', 'webhook', :s, :t)"),
+                {"i": incident_id, "s": owed or "sent", "t": resolved})
+
     caplog.set_level("INFO", logger="groupscope.warehouse.partitions")
     summary = pipeline.retention(url, partitions.DEFAULT_RETENTION, NOW)
+    assert summary["alert_incidents_pruned"] == 1
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT incident_id FROM ops.alert_incidents ORDER BY 1")
+                            ).scalars().all()
+        deliveries = conn.execute(text("SELECT count(*) FROM ops.alert_deliveries")).scalar()
+    assert (kept, deliveries) == (["owing", "recent"], 2)
 
     # raw: 14 days before NOW is 2024-06-01 10:00, and the 1st's partition holds younger rows;
     # marts: 90 days before is 03-17 10:00; hourly: 400 days before is 2023-05-12 10:00.

@@ -291,6 +291,18 @@ _COLUMNS = ("incident_id", "fingerprint", "rule", "severity", "cluster", "group_
             "last_notified_at")
 
 
+def prune(conn: Any, resolved_before: datetime) -> int:
+    """Deletes the incidents resolved before ``resolved_before`` that owe nothing any more
+    (every delivery sent, given up or dropped), with their deliveries; returns how many. The
+    evaluation reads every delivery of a cluster: kept forever, they would slow it down."""
+    result = conn.execute(text(
+        "DELETE FROM ops.alert_incidents i WHERE i.state = 'resolved' "
+        "AND i.resolved_at < :before AND NOT EXISTS (SELECT 1 FROM ops.alert_deliveries d "
+        "WHERE d.incident_id = i.incident_id AND d.state IN ('pending', 'failed'))"),
+        {"before": resolved_before})
+    return int(result.rowcount or 0)
+
+
 def lock(conn: Any, cluster: str) -> None:
     """Serialises evaluations of one cluster, for the connection's session (``unlock``, or
     the session's end, releases it): an evaluation commits its deliveries one by one while it
