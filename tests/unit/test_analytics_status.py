@@ -6,6 +6,7 @@ right."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -149,21 +150,25 @@ CASES: list[tuple[int, str, list[Obs], str, str]] = [
          "first Empty snapshot",
      sampled(grid(360, jitter=(0,)), every(5, KILLED_AT), members=member_until(KILLED_AT + 45)),
      "STOP", "group_empty"),
-    (23, "the same member 28 s after the kill, still in the group: 30 s without an advance, "
-         "below its threshold (2 x 60 s): OK",
+    (23, "the same member 28 s after the kill, still in the group (its session has 17 s to "
+         "go): it committed at every snapshot of the last 10 minutes, and has not for 34 s "
+         "(>= halt_after_s, 15 s), its lag growing, and no other partition of the group "
+         "moves: STOP now, without waiting for the session timeout",
      sampled(grid(330), every(5, KILLED_AT), members=member_until(KILLED_AT + 45)),
-     "OK", "consuming"),
-    (24, "a hung member (its heartbeats go on, nothing is committed): 120 s without an advance "
-         "= 2 x its longest pause of 60 s: STALL",
-     sampled(grid(420, jitter=(0,)), every(5, KILLED_AT)), "STALL", "stalled"),
+     "STOP", "progress_stopped"),
+    (24, "a member committing every 40 s (not at every snapshot: no steady rhythm) hangs (its "
+         "heartbeats go on, nothing is committed): 240 s without an advance >= 2 x its longest "
+         "pause of 90 s: STALL",
+     sampled(grid(600, jitter=(0,)), every(40, 355, start=-5)), "STALL", "stalled"),
     (25, "a graceful shutdown: the member commits on its way out and leaves; the group is "
          "Empty and the lag grew since that last commit: STOP",
      sampled(grid(360, jitter=(0,)), [*every(5, 300), 310], members=member_until(310)),
      "STOP", "group_empty"),
     (26, "the describe failed (0 members on the row, but unknown: described false): the group "
-         "is not known to be Empty, so no STOP",
+         "is not known to be Empty, so no group_empty; 30 s without the commits it made at "
+         "every snapshot is the whole group's progress stopped all the same",
      sampled(grid(330), every(5, 300), members=lambda t: UNDESCRIBED if t >= 330 else 1),
-     "OK", "consuming"),
+     "STOP", "progress_stopped"),
     (27, "the group is Empty but the producer stopped with its last commit: the lag of 50 it "
          "left does not grow, so it waits for the threshold (2 x 60 s) like any other pause",
      sampled(grid(390, jitter=(0,)), every(5, 300), hw=idle_after(299),
@@ -193,8 +198,10 @@ REASONS = {
         "known yet",
     22: "group has no members (state Empty) and lag grew from 310 to 610 since its last member "
         "was seen 30 s ago",
-    24: "lag 1210, committed offset unchanged for 120 s (threshold 120 s = 2 x longest pause "
-        "60 s), 1 member(s)",
+    23: "1 of 1 partitions of the group: no commit for 34 s (their rhythm: an advance at every "
+        "snapshot of the 600 s before); lag 0 -> 340; 1 member(s) still listed",
+    24: "committed offset unchanged for 240 s (threshold 180 s = 2 x longest pause 90 s), "
+        "1 member(s)",
     25: "group has no members (state Empty) and lag grew from 200 to 500 since its last commit "
         "30 s ago",
 }
@@ -257,12 +264,14 @@ def test_status_rules_table(spark: SparkSession) -> None:
 
 def test_min_stop_s_raises_a_threshold_the_rhythm_sets_lower(spark: SparkSession) -> None:
     """A hung member of a group committing every 5 s, 153 s after the last advance seen: STALL
-    against its rhythm (2 x 63 s), not yet with min_stop_s = 180."""
+    against its rhythm (2 x 63 s), not yet with min_stop_s = 180 (progress_stopped off, to
+    look at the stall threshold alone)."""
     hung = {"hung": sampled(grid(450), every(5, KILLED_AT))}
-    default = max(_statuses(spark, hung), key=lambda r: r["snapshot_ts"])
+    off = StatusSettings(halt_after_s=math.inf)
+    default = max(_statuses(spark, hung, off), key=lambda r: r["snapshot_ts"])
     assert (default["status"], default["rule"]) == ("STALL", "stalled")
     assert "unchanged for 153 s (threshold 126 s = 2 x longest pause 63 s)" in default["reason"]
-    floor = max(_statuses(spark, hung, StatusSettings(min_stop_s=180)),
+    floor = max(_statuses(spark, hung, StatusSettings(min_stop_s=180, halt_after_s=math.inf)),
                 key=lambda r: r["snapshot_ts"])
     assert (floor["status"], floor["rule"]) == ("OK", "consuming")
     assert "(threshold 180 s = min_stop_s; 2 x longest pause 63 s is less)" in floor["reason"]
@@ -366,3 +375,93 @@ def test_the_longest_pause_is_the_definition_across_time_blocks(spark: SparkSess
         assert got[group] == expected, group
         compared += sum(e is not None for e in expected)
     assert compared > 200  # most rows have a pause to compare, not only nulls
+
+
+# --- progress_stopped: whole groups, several partitions ---------------------------------------
+
+def _pause(commits: list[float], start: float, end: float) -> list[float]:
+    """The commits, less those in [start, end): the consumer did not commit then."""
+    return [c for c in commits if not start <= c < end]
+
+
+STEADY = every(5, 600)  # auto-commit every 5 s (the clients' default)
+
+# (number, why, snapshot step, {partition: commit times}, members(t), the status and rule of
+# every partition behind when the stop is due, or None: no partition may alarm, STOP or STALL
+# (what notifies), at any snapshot). With snapshots every 15 s the stop is due 15-30 s after
+# the snapshot that saw the last commit: up to 45 s after a kill, with the session timeout.
+GROUP_CASES: list[tuple[int, str, int, dict[int, list[float]], Callable[[float], int],
+                        tuple[str, str] | None]] = [
+    (101, "one member of three killed at 302 s: its partition stops, the others go on; the "
+          "session expires at 347 s and a survivor resumes it at 352 s: never alarms",
+     15, {0: [*every(5, KILLED_AT), *every(5, 600, start=352)], 1: STEADY, 2: STEADY},
+     lambda t: 3 if t < KILLED_AT + 45 else 2, None),
+    (102, "every member of three killed at 302 s, snapshots every 10 s: every partition stops "
+          "at once; 15 s after the snapshot that saw their last commits the group is STOP, "
+          "members still listed until their sessions expire (at 347 s)",
+     10, {p: every(5, KILLED_AT) for p in range(3)}, lambda t: 3 if t < 347 else 0,
+     ("STOP", "progress_stopped")),
+    (103, "an eager rebalance (a member joins at 300 s): every partition pauses 6 s, snapshots "
+          "every 15 s: never alarms",
+     15, {p: _pause(STEADY, 300, 306) for p in range(3)}, lambda t: 3, None),
+    (104, "the same rebalance with snapshots every 5 s: never alarms",
+     5, {p: _pause(STEADY, 300, 306) for p in range(3)}, lambda t: 3, None),
+    (105, "a 10 s GC pause of the only member (nothing committed from 300 s to 310 s), "
+          "snapshots every 15 s: never alarms",
+     15, {p: _pause(STEADY, 300, 310) for p in range(3)}, lambda t: 1, None),
+    (106, "the same pause with snapshots every 5 s and commits every second: never alarms",
+     5, {p: _pause(every(1, 600, start=-0.5), 300, 310) for p in range(3)}, lambda t: 1,
+     None),
+    (107, "a cooperative rebalance: only the moved partition pauses 8 s: never alarms",
+     15, {0: _pause(STEADY, 300, 308), 1: STEADY, 2: STEADY}, lambda t: 3, None),
+    (108, "a member killed whose partitions are the whole group's lag, the others caught up on "
+          "idle partitions (no commits to make): the group's progress stopped",
+     10, {0: every(5, KILLED_AT), 1: [-1.0], 2: [-1.0]}, lambda t: 3,
+     ("STOP", "progress_stopped")),
+]
+
+
+def _group_statuses(spark: SparkSession, step: int, partitions: dict[int, list[float]],
+                    members: Callable[[float], int], until: float, group: str) -> list[Any]:
+    snapshots = grid(int(until), step)
+    lag_rows, group_rows = [], []
+    for t in snapshots:
+        ts = T0 + timedelta(seconds=t)
+        for partition, commits in partitions.items():
+            # Partitions with a single commit before the start are idle: nothing produced.
+            hw = (lambda _: 1000) if commits == [-1.0] \
+                else (lambda u: 10 * math.floor(u) + 1000)
+            committed = hw(max(c for c in commits if c <= t))
+            lag_rows.append(("c", ts, group, "t", partition, committed, hw(t), hw(t) - committed))
+        group_rows.append(_group_row(ts, group, members(t)))
+    return partition_status(spark.createDataFrame(lag_rows, SCHEMA),
+                            spark.createDataFrame(group_rows, GROUPS)).collect()
+
+
+@pytest.mark.parametrize("case", GROUP_CASES, ids=[str(c[0]) for c in GROUP_CASES])
+def test_progress_stopped_is_the_whole_groups_progress(spark: SparkSession, case: Any) -> None:
+    number, _, step, partitions, members, expected = case
+    until = 360 if expected else 600
+    rows = _group_statuses(spark, step, partitions, members, until, f"g-{number}")
+    if expected is None:
+        alarms = [(r["snapshot_ts"], r["partition"], r["status"], r["reason"]) for r in rows
+                  if r["status"] in ("STOP", "STALL")]
+        assert alarms == []
+        return
+    # Every partition that is behind is STOP from the first snapshot 15 s (halt_after_s) after
+    # the one that saw its last commit: before the session timeout (45 s after the kill).
+    snapshots = sorted({(r["snapshot_ts"] - T0.replace(tzinfo=None)).total_seconds()
+                        for r in rows})
+    last_commit = max(c for c in partitions[0] if c <= KILLED_AT)
+    saw_it = min(t for t in snapshots if t >= last_commit)
+    due = min(t for t in snapshots if t >= saw_it + StatusSettings().halt_after_s)
+    stopped = {r["partition"]: (r["status"], r["rule"], r["reason"]) for r in rows
+               if (r["snapshot_ts"] - T0.replace(tzinfo=None)).total_seconds() == due
+               and r["lag"] > 1}
+    assert {(s, rule) for s, rule, _ in stopped.values()} == {expected}, stopped
+    assert not any(r["status"] == "STOP" for r in rows
+                   if (r["snapshot_ts"] - T0.replace(tzinfo=None)).total_seconds() < due)
+    assert due - KILLED_AT < 45
+    reason = next(iter(stopped.values()))[2]
+    assert f"{len(stopped)} of {len(partitions)} partitions of the group: no commit for" \
+        in reason, reason

@@ -19,10 +19,21 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         within ``history_s`` (a commit-only group: Flink, Spark, tools using
                         assign()) is left to ``stopped``; a group whose describe failed (its
                         member count unknown) is not Empty.
-5. ``stopped``  STOP    behind, the committed offset unchanged for the stop threshold, and the
+5. ``progress_stopped`` STOP  the whole group's progress stopped at once, before any
+                        session timeout empties it: this partition committed at every
+                        snapshot of the ``window_s`` before its last commit (a steady rhythm,
+                        at least ``steady_points`` snapshots), has not committed for
+                        ``halt_after_s`` since, its lag grew since, and **no partition of the
+                        group** committed within ``halt_after_s``. A member killed in a group
+                        of several stops only its own partitions: the others go on committing,
+                        so this rule stays silent and the group rebalances by itself. A pause
+                        shorter than ``halt_after_s`` (a rebalance, a GC pause) is no stop; a
+                        committer slower than the snapshots (bursts, a timer) is not steady,
+                        and waits for the thresholds below.
+6. ``stopped``  STOP    behind, the committed offset unchanged for the stop threshold, and the
                         group has no members: nobody is consuming.
-6. ``stalled``  STALL   the same, with members present: they are there but not progressing.
-7. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
+7. ``stalled``  STALL   the same, with members present: they are there but not progressing.
+8. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
                         (at least ``min_trend_points`` observations), and it is more than
                         ``in_flight_intervals`` snapshot intervals' worth of production (the
                         records produced over the window, per interval): a consumer keeping
@@ -31,7 +42,7 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         1, 2, 3 over three snapshots is not falling behind). The guard is on
                         the lag's level, not its growth over the window, so a consumer only a
                         little slower than production is WARN too once its lag passes it.
-8. ``consuming`` OK     otherwise.
+9. ``consuming`` OK     otherwise.
 
 The stop threshold follows the partition's own commit rhythm (Burrow's window of commits):
 
@@ -91,6 +102,12 @@ class StatusSettings:
     burst_factor: float = 2.0
     min_trend_points: int = 3
     in_flight_intervals: float = 2.0  # a lag below this many intervals' production: in flight
+    # progress_stopped: a steady committer's group silent this long is stopped. A 10 s GC
+    # pause with a 5 s commit interval (the clients' default) is a silence of at most 15 s,
+    # and the time since the last advance is counted from the snapshot that saw it, after the
+    # commit: always less than the silence, so such a pause never reaches it.
+    halt_after_s: float = 15.0
+    steady_points: int = 3  # the least snapshots of a steady rhythm (all of them advancing)
 
 
 def _t(column: str) -> Column:
@@ -229,6 +246,14 @@ def partition_status(lag: DataFrame, groups: DataFrame,
              .withColumn("_committed_first", F.first("committed_offset").over(window))
              .withColumn("_hw_first", F.first("high_watermark").over(window))
              .withColumn("_lag_never_fell", F.min("_d_lag").over(window) >= 0))
+    # A steady rhythm: at an advance, every snapshot of the window before it advanced too.
+    skipped = F.col("_d_committed").isNotNull() & (F.col("_d_committed") == 0)
+    frame = (frame
+             .withColumn("_skips", F.sum(skipped.cast("int")).over(window))
+             .withColumn("_steady", F.when(advanced, (F.col("_skips") == 0) & (
+                 F.count("_d_committed").over(window) >= settings.steady_points)))
+             .withColumn("_steady_last", F.last("_steady", ignorenulls=True).over(upto))
+             .drop("_skips", "_steady"))
     frame = _with_longest_pause(frame, advanced, history, int(settings.history_s * micros))
 
     since_advance = F.col("_t") - F.col("_last_advance")
@@ -259,12 +284,25 @@ def partition_status(lag: DataFrame, groups: DataFrame,
         .otherwise(F.col("_members_seen")["t"])
     anchor_lag = F.when(anchor_is_advance, F.col("_last_adv")["lag"]) \
         .otherwise(F.col("_members_seen")["lag"])
+    # progress_stopped: this partition halted, and no partition of its group moved lately.
+    halted = (behind & F.coalesce(F.col("_steady_last"), F.lit(False))
+              & F.col("_last_adv").isNotNull() & (since_advance >= settings.halt_after_s)
+              & (F.col("lag") > F.col("_last_adv")["lag"]))
+    at_snapshot = Window.partitionBy("cluster", "group_id", "snapshot_ts")
+    frame = (frame
+             .withColumn("_halted", F.coalesce(halted, F.lit(False)))
+             .withColumn("_group_moving", F.max(
+                 (since_advance < settings.halt_after_s).cast("int")).over(at_snapshot))
+             .withColumn("_group_halted", F.sum(F.col("_halted").cast("int")).over(at_snapshot))
+             .withColumn("_group_partitions", F.count("*").over(at_snapshot)))
     conditions: dict[Rule, Column] = {
         Rule.REWIND: F.coalesce(F.col("_rewound"), F.lit(False)),
         Rule.NO_LAG: ~F.coalesce(behind, F.lit(True)),
         Rule.TOO_LITTLE_HISTORY: F.col("_n") < 2,
         Rule.GROUP_EMPTY: F.coalesce(empty & F.col("_members_seen").isNotNull()
                                      & (F.col("lag") > anchor_lag), F.lit(False)),
+        Rule.PROGRESS_STOPPED: F.col("_halted")
+        & (F.coalesce(F.col("_group_moving"), F.lit(0)) == 0),
         Rule.STOPPED: behind & not_moving & (members == 0),
         Rule.STALLED: behind & not_moving & (members > 0),
         Rule.FALLING_BEHIND: behind & (F.col("_n") >= settings.min_trend_points)
@@ -293,6 +331,13 @@ def partition_status(lag: DataFrame, groups: DataFrame,
             F.coalesce(F.col("state"), F.lit("unknown")), anchor_lag, F.col("lag"),
             F.when(anchor_is_advance, F.lit("its last commit"))
             .otherwise(F.lit("its last member was seen")), F.col("_t") - anchor_t))
+        .when(applied == Rule.PROGRESS_STOPPED.value, F.format_string(
+            "%d of %d partitions of the group: no commit for %.0f s (their rhythm: an advance "
+            f"at every snapshot of the {settings.window_s:.0f} s before); lag %d -> %d; %s",
+            F.col("_group_halted"), F.col("_group_partitions"), since_advance,
+            F.col("_last_adv")["lag"], F.col("lag"),
+            F.when(members > 0, F.format_string("%d member(s) still listed", members))
+            .otherwise(F.lit("no member listed"))))
         .when(applied.isin(Rule.STOPPED.value, Rule.STALLED.value), F.format_string(
             "lag %d, committed offset unchanged for %.0f s (%s), %d member(s)",
             F.col("lag"), since_advance, threshold_text, members))

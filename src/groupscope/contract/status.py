@@ -41,6 +41,7 @@ class Rule(StrEnum):
     NO_LAG = "no_lag"
     TOO_LITTLE_HISTORY = "too_little_history"
     GROUP_EMPTY = "group_empty"
+    PROGRESS_STOPPED = "progress_stopped"
     STOPPED = "stopped"
     STALLED = "stalled"
     FALLING_BEHIND = "falling_behind"
@@ -53,6 +54,7 @@ RULES: tuple[tuple[Rule, PartitionStatus], ...] = (
     (Rule.NO_LAG, PartitionStatus.OK),
     (Rule.TOO_LITTLE_HISTORY, PartitionStatus.OK),
     (Rule.GROUP_EMPTY, PartitionStatus.STOP),
+    (Rule.PROGRESS_STOPPED, PartitionStatus.STOP),
     (Rule.STOPPED, PartitionStatus.STOP),
     (Rule.STALLED, PartitionStatus.STALL),
     (Rule.FALLING_BEHIND, PartitionStatus.WARN),

@@ -93,8 +93,9 @@ def headline(incident: Incident) -> str:
     """What is wrong, in a word or a few (upper case for the states an on-call pages on)."""
     d, condition = incident.details, incident.details.get("condition", "")
     if condition == "group_status_err":
-        stopped = (d.get("stop_partitions") or 0) > 0 and not d.get("member_count")
-        return "STOPPED" if stopped else "STALLED"
+        # STOP: nobody commits (the group is empty, or its progress stopped as a whole while
+        # its members are still listed); STALL: members are there, some partitions are not.
+        return "STOPPED" if (d.get("stop_partitions") or 0) > 0 else "STALLED"
     return {
         "partition_rewind": "REWIND (committed offsets moved back)",
         "lag_seconds": f"lag {duration(incident.value)} behind",
