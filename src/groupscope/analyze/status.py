@@ -59,9 +59,11 @@ that saw it (as short as it can be). So a consumer committing on a timer never w
 than one measured pause, whatever the phase of its timer against the snapshots (with the
 pauses as seen, a 60 s timer sampled every 30 s can be measured as 30 s once, then 90 s).
 With 30 s snapshots a consumer committing more often than that has a pause of 60 s and a
-threshold of 120 s: longer than a session timeout (45 s) and the rebalance that follows, so a
-member killed in a group of several is not flagged while the group recovers by itself. A
-group that lost its last member is ``group_empty`` at once.
+threshold of 120 s; with snapshots every 15 s or less, ``min_stop_s`` (60 s) keeps the
+threshold longer than a session timeout (45 s) and the rebalance that follows, so a member
+killed in a group of several is not flagged while the group recovers by itself. A group that
+lost its last member is ``group_empty`` at once, and one whose every partition stopped at
+once is ``progress_stopped`` before its members' sessions expire.
 
 Every window is bounded in time (``window_s``, ``history_s``), never "all rows read": the
 status of a snapshot does not depend on the interval a job computed it in (the job reads
@@ -98,7 +100,10 @@ class StatusSettings:
     history_s: float = 3600.0  # how far back pauses, the last advance and members are looked for
     lag_tolerance: int = 1
     stop_after_s: float = 300.0  # the stop threshold while the commit rhythm is not known
-    min_stop_s: float = 0.0  # the least stop threshold once it is (snapshots are the resolution)
+    # The least stop threshold once the rhythm is known: longer than the clients' default
+    # session timeout (45 s) and the rebalance after it, so the partitions of one dead member
+    # of several are not STALL while the group hands them over, however often the snapshots.
+    min_stop_s: float = 60.0
     burst_factor: float = 2.0
     min_trend_points: int = 3
     in_flight_intervals: float = 2.0  # a lag below this many intervals' production: in flight
