@@ -732,8 +732,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--demo-speed", type=_positive, default=1.0, metavar="X",
                      help="play the demo's timeline X times faster, its alert durations too "
                           "(default 1: about ten minutes)")
-    run.add_argument("--every", type=float, default=30.0, metavar="SECONDS",
-                     help="seconds between snapshots (the snapshot DAG's schedule; default 30)")
+    run.add_argument("--every", type=float, default=15.0, metavar="SECONDS",
+                     help="seconds between snapshots (the snapshot DAG's schedule; default 15)")
     run.add_argument("--analytics-schedule", default="*/5 * * * *", metavar="CRON",
                      help="cron schedule of the analytics DAG, UTC (default */5: rebalances, "
                           "skew and the what-if advice every five minutes)")
