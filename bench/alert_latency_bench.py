@@ -1,5 +1,5 @@
 """P4, alert latency: from ``kill -9`` of a consumer auto-committing every 5 s to the webhook
-notification that says it stopped, with the ``./run`` defaults (snapshots every 30 s, the live
+notification that says it stopped, with the ``./run`` defaults (snapshots every 15 s, the live
 DAG on the Spark Connect server, the alert rules as built in, the consumer's own defaults:
 a 45 s session timeout).
 
@@ -10,9 +10,12 @@ this script keeps producing to, healthy for ``--healthy`` seconds, then gets SIG
 LeaveGroup). Timed from the kill, by polling the warehouse every second:
 
 - empty:   the snapshot that first shows the group without members (the session timeout,
-           then the wait for the next snapshot);
-- status:  when that snapshot's STOP row is queryable in ``mart.partition_status`` (collect,
-           quality gate, load, live marts);
+           then the wait for the next snapshot), if that came before the notification;
+- status_snapshot: the snapshot of the first STOP row, and ``rule`` the rule that decided it
+           (``progress_stopped`` when the commits stopping told it before the session timeout,
+           ``group_empty`` when the empty group did);
+- status:  when that STOP row is queryable in ``mart.partition_status`` (collect, quality
+           gate, load, live marts);
 - firing:  the incident's ``firing_at`` (the evaluation after the live marts);
 - webhook: when the notification reached the catcher.
 
@@ -99,12 +102,13 @@ def _one(conn_engine: Any, catcher: Any, bootstrap: str, group: str, healthy_s: 
                     result["empty"] = (empty - killed).total_seconds()
             if "status" not in result:
                 stop = conn.execute(text(
-                    "SELECT min(snapshot_ts) FROM mart.partition_status WHERE group_id = :g"
-                    " AND snapshot_ts > :k AND status IN ('STOP', 'STALL')"),
-                    {"g": group, "k": killed}).scalar_one()
+                    "SELECT snapshot_ts, rule FROM mart.partition_status WHERE group_id = :g"
+                    " AND snapshot_ts > :k AND status IN ('STOP', 'STALL')"
+                    " ORDER BY snapshot_ts LIMIT 1"), {"g": group, "k": killed}).one_or_none()
                 if stop is not None:
                     result["status"] = now
-                    result["status_snapshot"] = (stop - killed).total_seconds()
+                    result["status_snapshot"] = (stop.snapshot_ts - killed).total_seconds()
+                    result["rule"] = stop.rule
             firing = conn.execute(text(
                 "SELECT min(firing_at) FROM ops.alert_incidents WHERE group_id = :g"
                 " AND firing_at > :k"), {"g": group, "k": killed}).scalar_one()
@@ -189,6 +193,8 @@ def main() -> int:
     delivered = [r for r in results if r.get("webhook") is not None]
     print(f"runs: {len(results)}, notified: {len(delivered)}, incidents while healthy: "
           f"{sum(r['incidents_while_healthy'] for r in results)}")
+    print("rules that decided the STOP: " + ", ".join(
+        sorted(str(r.get("rule")) for r in delivered)))
     for key, what in (("empty", "kill -> first snapshot without members"),
                       ("status_snapshot", "kill -> snapshot of the first STOP row"),
                       ("status", "kill -> that STOP row queryable"),
