@@ -186,7 +186,8 @@ def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
             snapshot_every: timedelta, *, stale_intervals: float = math.inf,
             open_groups: Iterable[str] = (), me: SelfState | None = None,
             rebalance_window: timedelta = timedelta(hours=1)) -> list[Observation]:
-    """The values of ``conditions`` (kinds) for every subject of ``cluster``.
+    """The values of ``conditions`` (kinds) for every subject of ``cluster``, read in the
+    caller's transaction (``conn`` must be in one: the views' parameters are set for it).
     ``stale_intervals``: how far behind the newest snapshot (in snapshot intervals) the status
     rows may be before every group value is unknown; ``open_groups``: the groups with an open
     incident, so that one missing from the newest status snapshot is told apart as deleted
@@ -194,9 +195,9 @@ def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
     rebalances_per_hour counts over (scaled to an hour)."""
     wanted = set(conditions)
     # The views' parameters (serve.group_conditions, serve.cluster_conditions), for this
-    # session: set every time, so a pooled connection never keeps an earlier evaluation's.
-    conn.execute(text("SELECT set_config('groupscope.evaluated_at', :at, false), "
-                      "set_config('groupscope.rebalance_window', :window, false)"),
+    # transaction only: a pooled connection never keeps an earlier evaluation's clock.
+    conn.execute(text("SELECT set_config('groupscope.evaluated_at', :at, true), "
+                      "set_config('groupscope.rebalance_window', :window, true)"),
                  {"at": now.isoformat(),
                   "window": f"{rebalance_window.total_seconds()!r} seconds"})
     observations: list[Observation] = []
