@@ -190,6 +190,25 @@ def test_memberless_groups_from_the_classic_view_need_no_describe() -> None:
     assert all(g.coordinator_id == 1 and g.is_simple for g in snapshot.groups)
 
 
+class LeaderDownAdmin(ScriptedAdmin):
+    """ListOffsets of a partition whose leader is down: librdkafka answers -1001
+    (OFFSET_INVALID) for it, without an error."""
+
+    def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Any]:
+        return {tp: _done(SimpleNamespace(offset=-1001 if tp.partition == 0 else 10))
+                for tp in request}
+
+
+def test_a_partition_without_an_offset_is_a_collection_error_not_a_bad_row() -> None:
+    snapshot = _collect(LeaderDownAdmin(1))
+    down = [p for p in snapshot.partitions if p.partition == 0]
+    assert down and all(p.high_watermark is None and p.log_start is None for p in down)
+    assert not snapshot.complete
+    errors = [e for e in snapshot.errors if e.stage.value == "partition_offsets"]
+    assert errors and all(e.partition == 0 for e in errors)
+    assert "answered -1001, not an offset" in errors[0].message
+
+
 class RacingAdmin(ScriptedAdmin):
     """The read-committed ListOffsets answers after more records were appended: its last
     stable offset reads above the high watermark answered a moment before."""

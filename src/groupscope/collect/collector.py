@@ -364,8 +364,16 @@ class Collector:
         for (kind, tp), outcome in outcomes:
             if isinstance(outcome, Failure):
                 failed.setdefault(tp, outcome)
-            else:
-                values[kind][tp] = read_offset(outcome)
+                continue
+            offset = read_offset(outcome)
+            if offset < 0:
+                # librdkafka answers OFFSET_INVALID (-1001), without an error, for a partition
+                # whose leader is down: no offset, so a partial snapshot, not a corrupt one.
+                failed.setdefault(tp, Failure(
+                    "_NO_OFFSET", f"ListOffsets ({kind}) answered {offset}, not an offset "
+                    "(the partition's leader unavailable?)", True))
+                continue
+            values[kind][tp] = offset
         for tp, failure in sorted(failed.items()):
             errors.append(
                 collection_error(Stage.PARTITION_OFFSETS, failure, topic=tp.topic,
