@@ -506,7 +506,7 @@ def _heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], clust
                now: datetime, dashboard_url: str) -> dict[str, str]:
     """"groupscope is alive" to the rules' heartbeat channels, at most every ``every``: an
     outside system that stops hearing it knows groupscope itself is down (Alertmanager's
-    Watchdog). A failed heartbeat is tried again at the next evaluation, never owed."""
+    Watchdog). A failed heartbeat is tried again ``retry_initial`` later, never owed."""
     from sqlalchemy import text
 
     from groupscope.serve.alerting import incidents, notify
@@ -515,16 +515,20 @@ def _heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], clust
     if beat is None:
         return {}
     with conn.begin():
-        last = {r.channel: r.sent_at for r in conn.execute(text(
-            "SELECT channel, sent_at FROM ops.alert_heartbeats WHERE cluster = :c"),
-            {"c": cluster})}
+        last = {r.channel: r for r in conn.execute(text(
+            "SELECT channel, sent_at, attempted_at, error FROM ops.alert_heartbeats"
+            " WHERE cluster = :c"), {"c": cluster})}
         firing = [i for i in incidents.open_incidents(conn, cluster) if i.state == "firing"]
     outcome: dict[str, str] = {}
     for name in beat.channels:
-        channel = channels.get(name)
-        sent_at = last.get(name)
-        if channel is None or (sent_at is not None and now - sent_at < beat.every):
+        channel, row = channels.get(name), last.get(name)
+        if channel is None or (row is not None and row.sent_at is not None
+                               and now - row.sent_at < beat.every):
             continue
+        if row is not None and row.error is not None and row.attempted_at is not None \
+                and now - row.attempted_at < rules.retry_initial:
+            continue  # it failed a moment ago: not at every evaluation
+
         message = notify.heartbeat(cluster, now, beat.every, firing, dashboard_url)
         error = notify.send_one(channel, message)
         with conn.begin():

@@ -346,9 +346,13 @@ def test_the_heartbeat_comes_every_interval_and_only_to_its_channels(stack: Stac
                                        "Firing now: 1 (STOPPED (")
     assert "if it does not, groupscope itself is down" in beats[0]["text"]
     assert all("HEARTBEAT" not in str(m["Subject"]) for m in stack.mail.mails())
-    # A heartbeat that fails is tried again at the next evaluation, and is never owed.
+    # A heartbeat that fails is tried again retry_initial (30 s) later, not at every
+    # evaluation, and is never owed.
     stack.webhook.answer = 500
     stack.evaluate(900)
+    tries = stack.webhook.refused
+    stack.evaluate(915)
+    assert tries >= 1 and stack.webhook.refused == tries  # 15 s after the failure: not yet
     stack.webhook.answer = 200
     stack.evaluate(960)
     beats = [b for b in stack.webhook.bodies if b.get("kind") == "heartbeat"]
