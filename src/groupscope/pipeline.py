@@ -43,6 +43,16 @@ class StageFailed(RuntimeError):
     """A stage could not do its work; the message says why and what was kept."""
 
 
+class WarehouseUnreachable(StageFailed):
+    """The warehouse cannot be reached (refused, gone mid-way, shutting down): what the alert
+    task tells every channel directly. Any other database error is a plain StageFailed."""
+
+
+# SQLSTATEs of a server that is not there to answer: connection exceptions (class 08), and an
+# administrator's or a crash's shutdown. An OperationalError without one never got an answer.
+_UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+
+
 def cluster_config(name: str, client: Mapping[str, Any]) -> ClusterConfig:
     """A cluster from its librdkafka client settings (e.g. an Airflow connection's extra)."""
     try:
@@ -348,7 +358,8 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
 @contextlib.contextmanager
 def _warehouse(warehouse_url: str) -> Iterator[Any]:
     """A migrated engine for one stage (migrated once per process: a task's stages share
-    it); an unreachable warehouse becomes ``StageFailed``."""
+    it); an unreachable warehouse becomes ``WarehouseUnreachable``, another database error
+    ``StageFailed``."""
     from sqlalchemy.exc import OperationalError
 
     from groupscope import warehouse
@@ -358,12 +369,15 @@ def _warehouse(warehouse_url: str) -> Iterator[Any]:
         warehouse.ensure_migrated(engine)
         yield engine
     except warehouse.WarehouseUnavailable as exc:
-        raise StageFailed(f"{exc} (landed data is kept and loads later)") from None
-    except OperationalError as exc:  # the server went away mid-way (no password in it)
+        raise WarehouseUnreachable(f"{exc} (landed data is kept and loads later)") from None
+    except OperationalError as exc:  # no password in it
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-        raise StageFailed(f"warehouse {engine.url.render_as_string(hide_password=True)} "
-                          f"is unreachable: {reason} (landed data is kept and loads later)"
-                          ) from None
+        where = engine.url.render_as_string(hide_password=True)
+        state = getattr(exc.orig, "sqlstate", None)
+        if state is None or state.startswith(_UNREACHABLE_STATES):
+            raise WarehouseUnreachable(f"warehouse {where} is unreachable: {reason} (landed "
+                                       "data is kept and loads later)") from None
+        raise StageFailed(f"warehouse {where} failed ({state}): {reason}") from None
     finally:
         engine.dispose()
 
@@ -651,7 +665,7 @@ def alert_cycle(warehouse_url: Callable[[], str], cluster: str, rules_path: Path
                                dashboard_url, unavailable=built.unavailable,
                                missing=built.skipped, rules_error=in_use.error,
                                rules_source=in_use.source)
-    except StageFailed as exc:
+    except WarehouseUnreachable as exc:
         try:
             rules = load_rules(rules_path)
         except RulesError:
