@@ -602,7 +602,20 @@ def warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: P
     live there): ``error`` set, the evaluation could not reach it: each channel gets one
     "[FIRING] ... cannot reach its warehouse" per outage; ``error`` None, it is reachable: the
     channels that were told get one "[RESOLVED]". The outage's state is a small file per
-    cluster under ``state_dir`` (the alert log's folder). Returns the outcome per channel."""
+    cluster under ``state_dir`` (the alert log's folder), read and written under an exclusive
+    lock, so two tasks evaluating at once (the live DAG's and the alerts DAG's) tell each
+    channel once. Returns the outcome per channel."""
+    import fcntl
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.lock"
+    with lock_file.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _warehouse_outage(channels, cluster, state_dir, now, error)
+
+
+def _warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
+                      now: datetime, error: str | None) -> dict[str, str]:
     import json
 
     from groupscope.serve.alerting import notify
@@ -626,7 +639,6 @@ def warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: P
         outcome[name] = "sent" if failure is None else failure
         if failure is None:
             (told.add if error is not None else told.discard)(name)
-    state_dir.mkdir(parents=True, exist_ok=True)
     if error is None and not told:
         state_file.unlink(missing_ok=True)
     else:

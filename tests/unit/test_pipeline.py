@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +50,35 @@ def test_a_bad_connection_extra_is_a_clear_stage_failure() -> None:
         cluster_config("prod", {"security.protocol": "SASL_SSL"})
     assert cluster_config("prod", {"bootstrap.servers": "b:9092", "retries": 3}).client[
         "retries"] == "3"
+
+
+def test_two_tasks_told_of_one_warehouse_outage_at_once_tell_each_channel_once(
+        tmp_path: Path) -> None:
+    """The live DAG's and the alerts DAG's evaluations find the warehouse down together: the
+    outage's state is read and written under a lock, so the channel hears it once."""
+    import threading
+    import time
+
+    from groupscope.pipeline import warehouse_outage
+
+    class Slow:  # a channel whose send takes a moment, so the two calls overlap
+        name = "webhook"
+
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def send(self, message: Any) -> None:
+            time.sleep(0.2)
+            self.sent.append(message.text)
+
+    channel = Slow()
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    calls = [threading.Thread(target=warehouse_outage, args=(
+        {"webhook": channel}, "prod", tmp_path, now, "connection refused")) for _ in range(2)]
+    for call in calls:
+        call.start()
+    for call in calls:
+        call.join()
+    assert len(channel.sent) == 1 and "warehouse" in channel.sent[0]
+    warehouse_outage({"webhook": channel}, "prod", tmp_path, now, None)  # it is back
+    assert len(channel.sent) == 2
