@@ -7,6 +7,7 @@ compared with the exact one."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -109,9 +110,11 @@ def landed(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dic
                 stuck_at[0] = high
                 commit_offsets(bootstrap, stuck, {(topic, 0): high})
             ts = datetime.now(UTC)
-            land(take_snapshot(cluster, 15.0, ts), root)
+            snapshot = take_snapshot(cluster, 15.0, ts)
+            land(snapshot, root)
             stamps.append(ts)
-            land(take_snapshot(cluster, 15.0, SYNTHETIC_START + timedelta(minutes=12 * i)),
+            land(dataclasses.replace(snapshot,
+                                     snapshot_ts=SYNTHETIC_START + timedelta(minutes=12 * i)),
                  stamped_root)
             time.sleep(SNAPSHOT_EVERY_S)
     finally:

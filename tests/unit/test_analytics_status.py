@@ -421,11 +421,11 @@ GROUP_CASES: list[tuple[int, str, int, dict[int, list[float]], Callable[[float],
 ]
 
 
-def _group_statuses(spark: SparkSession, step: int, partitions: dict[int, list[float]],
-                    members: Callable[[float], int], until: float, group: str) -> list[Any]:
-    snapshots = grid(int(until), step)
+def _group_rows(step: int, partitions: dict[int, list[float]], members: Callable[[float], int],
+                until: float, group: str) -> tuple[list[Any], list[Any]]:
+    """The lag and group rows of one group's snapshots every ``step`` seconds."""
     lag_rows, group_rows = [], []
-    for t in snapshots:
+    for t in grid(int(until), step):
         ts = T0 + timedelta(seconds=t)
         for partition, commits in partitions.items():
             # Partitions with a single commit before the start are idle: nothing produced.
@@ -434,15 +434,29 @@ def _group_statuses(spark: SparkSession, step: int, partitions: dict[int, list[f
             committed = hw(max(c for c in commits if c <= t))
             lag_rows.append(("c", ts, group, "t", partition, committed, hw(t), hw(t) - committed))
         group_rows.append(_group_row(ts, group, members(t)))
-    return partition_status(spark.createDataFrame(lag_rows, SCHEMA),
-                            spark.createDataFrame(group_rows, GROUPS)).collect()
+    return lag_rows, group_rows
+
+
+@pytest.fixture(scope="module")
+def group_case_rows(spark: SparkSession) -> dict[str, list[Any]]:
+    """Every group case's status rows, from one evaluation (one Spark job for all)."""
+    lag_rows, group_rows = [], []
+    for number, _, step, partitions, members, expected in GROUP_CASES:
+        rows = _group_rows(step, partitions, members, 360 if expected else 600, f"g-{number}")
+        lag_rows += rows[0]
+        group_rows += rows[1]
+    out: dict[str, list[Any]] = {}
+    for row in partition_status(spark.createDataFrame(lag_rows, SCHEMA),
+                                spark.createDataFrame(group_rows, GROUPS)).collect():
+        out.setdefault(row["group_id"], []).append(row)
+    return out
 
 
 @pytest.mark.parametrize("case", GROUP_CASES, ids=[str(c[0]) for c in GROUP_CASES])
-def test_progress_stopped_is_the_whole_groups_progress(spark: SparkSession, case: Any) -> None:
-    number, _, step, partitions, members, expected = case
-    until = 360 if expected else 600
-    rows = _group_statuses(spark, step, partitions, members, until, f"g-{number}")
+def test_progress_stopped_is_the_whole_groups_progress(group_case_rows: dict[str, list[Any]],
+                                                       case: Any) -> None:
+    number, _, _, partitions, _, expected = case
+    rows = group_case_rows[f"g-{number}"]
     if expected is None:
         alarms = [(r["snapshot_ts"], r["partition"], r["status"], r["reason"]) for r in rows
                   if r["status"] in ("STOP", "STALL")]
