@@ -199,7 +199,7 @@ REASONS = {
     22: "group has no members (state Empty) and lag grew from 310 to 610 since its last member "
         "was seen 30 s ago",
     23: "1 of 1 partitions of the group: no commit for 34 s (their rhythm: an advance at every "
-        "snapshot of the 600 s before); lag 0 -> 340; 1 member(s) still listed",
+        "snapshot of the 600 s before); lag 0 → 340; 1 member(s) still listed",
     24: "committed offset unchanged for 240 s (threshold 180 s = 2 x longest pause 90 s), "
         "1 member(s)",
     25: "group has no members (state Empty) and lag grew from 200 to 500 since its last commit "

@@ -338,7 +338,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
             .otherwise(F.lit("its last member was seen")), F.col("_t") - anchor_t))
         .when(applied == Rule.PROGRESS_STOPPED.value, F.format_string(
             "%d of %d partitions of the group: no commit for %.0f s (their rhythm: an advance "
-            f"at every snapshot of the {settings.window_s:.0f} s before); lag %d -> %d; %s",
+            f"at every snapshot of the {settings.window_s:.0f} s before); lag %,d → %,d; %s",
             F.col("_group_halted"), F.col("_group_partitions"), since_advance,
             F.col("_last_adv")["lag"], F.col("lag"),
             F.when(members > 0, F.format_string("%d member(s) still listed", members))
