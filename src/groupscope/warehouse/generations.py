@@ -63,7 +63,6 @@ def load_generations(engine: Engine, landing: Path, cluster: str,
                      now: datetime) -> GenerationsLoad:
     """Loads every landed batch of ``cluster`` not loaded yet; returns what it loaded."""
     from groupscope import warehouse
-    from groupscope.warehouse import partitions
 
     with warehouse.connect(engine) as conn:
         loaded: dict[int, int] = {p: n for p, n in conn.execute(text(
@@ -74,11 +73,7 @@ def load_generations(engine: Engine, landing: Path, cluster: str,
     rows = 0
     for batch in pending:
         table = batch_rows(cluster, batch)
-        times = partitions.times_in([table], "event_ts")
-        if times:
-            # In a transaction of its own: creating a partition locks its parent table.
-            with warehouse.connect(engine) as conn, conn.begin():
-                partitions.create_partitions(conn, times, [f"raw.{_TABLE}"])
+        warehouse._ensure_partitions(engine, [("raw", _TABLE, table)], "event_ts")
         with warehouse.connect(engine) as conn, conn.begin():
             _insert(conn, table)
             conn.execute(text(
