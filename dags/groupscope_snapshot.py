@@ -1,6 +1,7 @@
 """Snapshot DAGs: one per watched Kafka cluster (see plugins/groupscope_airflow.py for where
-the clusters come from). Every run: snapshot the cluster and land it; check every landed
-snapshot not yet loaded; load those that passed into the warehouse."""
+the clusters come from). Every run: snapshot the cluster and land it (`collect`); then check
+every landed snapshot not yet loaded and load those that passed into the warehouse (`load`,
+one task: one task process fewer between a snapshot and its marts)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ Every {every}: a snapshot of the consumer groups of Kafka cluster `{cluster}` (c
 log start / high watermark / last stable offsets, record timestamps at lagging offsets),
 landed as Parquet under `{landing}`.
 
-Then the data-quality gate (`landed_snapshot` suite, results in `ops.quality_results`):
-a landed snapshot that fails is rejected (marked under `_quality/rejected/`, never loaded) and
-the run fails with an alert; nothing of that run is loaded. The snapshots that pass are
-loaded into the warehouse (`raw.*`, `mart.assignment_whatif`, `mart.assignment_advice`).
+Then `load`, in one task: the data-quality gate (`landed_snapshot` suite, results in
+`ops.quality_results`), then the load. A landed snapshot that fails the gate is rejected
+(marked under `_quality/rejected/`, never loaded) and the task fails with an alert; nothing of
+that run is loaded. The snapshots that pass are loaded into the warehouse (`raw.*`,
+`mart.assignment_whatif`, `mart.assignment_advice`).
 A warehouse outage loses nothing: a later run loads every landed snapshot not yet loaded
 (up to 24 hours back).
 
@@ -61,24 +63,17 @@ def snapshot_dag(conn_id: str) -> None:
                                     datetime.now(UTC), SETTINGS.kafka_timeout_s,
                                     SETTINGS.offset_fetch_connections)
 
-        @task
-        def check_landed() -> list[str]:
+        @task(outlets=[landed])
+        def load() -> int:
             from groupscope.quality import QualityGateFailed
 
             try:
-                return pipeline.gate_landed(warehouse_url(), SETTINGS.landing, cluster,
-                                            datetime.now(UTC))
+                return len(pipeline.check_and_load(warehouse_url(), SETTINGS.landing, cluster,
+                                                   datetime.now(UTC)))
             except QualityGateFailed as exc:  # bad data does not get better on a retry
                 raise AirflowFailException(str(exc)) from None
 
-        @task(outlets=[landed])
-        def load(snapshot_ids: list[str]) -> int:
-            return pipeline.load(warehouse_url(), SETTINGS.landing, cluster, snapshot_ids,
-                                 datetime.now(UTC))
-
-        passed = check_landed()
-        collect() >> passed
-        load(passed)
+        collect() >> load()
 
     snapshot()
 

@@ -38,10 +38,8 @@ class Loop:
 
         pipeline.collect(self.cluster, self.landing, now, 10.0)
         step("collect")
-        passed = pipeline.gate_landed(self.url, self.landing, self.cluster.name, now)
-        step("gate")
-        pipeline.load(self.url, self.landing, self.cluster.name, passed, now)
-        step("load")
+        pipeline.check_and_load(self.url, self.landing, self.cluster.name, now)
+        step("check and load")
         pipeline.live_analytics(self.spark, self.url, self.landing, self.cluster.name, now)
         step("live marts")
         if self.ingest:

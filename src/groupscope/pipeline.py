@@ -3,11 +3,11 @@ as arguments (the cluster, the landing root, the warehouse URL, the time), is on
 or idempotent, and fails with ``StageFailed`` and a one-line reason an operator can act on.
 The Airflow DAGs (``dags/``) only wire these together; a test or a shell can call them alike.
 
-Flow, per cluster: ``collect`` lands a snapshot; ``gate_landed`` checks every landed snapshot
-not yet loaded (data-quality suite, ``groupscope.quality``) and rejects the bad ones;
-``load`` loads those that passed. ``ingest`` lands ``__consumer_offsets``. The analytics jobs
-run on Spark (``spark_jobs/``) over an interval (``analytics_interval``); ``gate_marts``
-checks what they wrote.
+Flow, per cluster: ``collect`` lands a snapshot; ``check_and_load`` checks every landed
+snapshot not yet loaded (``gate_landed``: data-quality suite, ``groupscope.quality``), rejects
+the bad ones, and loads those that passed (``load``). ``ingest`` lands
+``__consumer_offsets``. The analytics jobs run on Spark (``spark_jobs/``) over an interval
+(``analytics_interval``); ``gate_marts`` checks what they wrote.
 """
 
 from __future__ import annotations
@@ -176,6 +176,17 @@ def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str
     return len(found)
 
 
+def check_and_load(warehouse_url: str, landing: Path, cluster: str, now: datetime,
+                   max_snapshots: int = DEFAULT_MAX_PER_RUN) -> list[str]:
+    """The snapshot DAG's second step, in one task: ``gate_landed``, then ``load`` of what
+    passed (one task process fewer between a snapshot and its marts). A snapshot that fails
+    the gate loads nothing of that run (``QualityGateFailed``, raised before any load).
+    Returns the ids loaded."""
+    passed = gate_landed(warehouse_url, landing, cluster, now, max_snapshots)
+    load(warehouse_url, landing, cluster, passed, now)
+    return passed
+
+
 def run_interval(start: datetime | None, end: datetime | None,
                  run_after: datetime) -> tuple[datetime, datetime]:
     """The interval a run processes: its data interval; a run without one (triggered by
@@ -213,22 +224,26 @@ def gate_marts(warehouse_url: str, cluster: str, start: datetime, end: datetime,
     return {"subject": result.subject, "expectations": result.expectations}
 
 
-def analytics(spark: Any, job: JobArgs, kind: str) -> dict[str, int]:
+def analytics(spark: Any, job: JobArgs, kind: str, small: bool = False) -> dict[str, int]:
     """Computes one analytics job's marts for its interval and replaces the interval's rows in
     the warehouse (per time column, in one transaction: a rerun or a backfill leaves the same
     rows); returns the rows written per mart.
 
     Not Spark's JDBC writer: it cannot delete an interval and insert its replacement
     atomically. The marts of one interval are small (aggregates, or one hour of partition rows),
-    so they are collected as Arrow and copied in with COPY on the driver."""
+    so they are collected as Arrow and copied in with COPY on the driver. ``small``: the
+    interval holds a few snapshots (a live run's), whose frames are kept as local relations
+    rather than cached (``analyze.jobs.lag_frames``)."""
     from groupscope import warehouse
-    from groupscope.analyze.jobs import compute
+    from groupscope.analyze.io import local_relation
+    from groupscope.analyze.jobs import cached, compute
 
     if not job.warehouse:
         raise StageFailed("no warehouse: give --warehouse or set WAREHOUSE_URL")
     written: dict[str, int] = {}
     with _warehouse(job.warehouse) as engine:
-        for ts_column, frames in compute(spark, job, kind):
+        for ts_column, frames in compute(spark, job, kind,
+                                         local_relation if small else cached):
             tables = [(name, frame.toArrow()) for name, frame in frames]
             warehouse.replace_interval_rows(engine, "mart", tables, job.cluster, ts_column,
                                             job.interval.start, job.interval.end)
@@ -290,6 +305,10 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
 # The live path computes at most this much after downtime (the newest snapshots first); what is
 # older is the hourly lag job's (it recomputes every hour whole, gaps included).
 LIVE_MAX_SPAN = timedelta(hours=1)
+# Up to this many snapshots, a live run keeps its frames as local relations (a round trip of
+# their rows through the driver, which collects them anyway): after downtime, an hour of
+# snapshots stays cached on the server.
+LIVE_SMALL_SNAPSHOTS = 8
 LAG_MARTS = ("partition_lag", "member_lag", "topic_lag", "group_lag", "cluster_lag",
              "partition_status", "group_status")
 
@@ -347,7 +366,7 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
     from groupscope.analyze.io import bounded
 
     try:
-        written = analytics(spark, job, "lag")
+        written = analytics(spark, job, "lag", small=snapshots <= LIVE_SMALL_SNAPSHOTS)
     finally:
         bounded(spark.catalog.clearCache, 30.0, "clearCache")
     record_live(warehouse_url, cluster, end, now)

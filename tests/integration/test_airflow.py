@@ -145,8 +145,9 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
             # Every task's outcome is the task_failed condition's evidence.
             assert t["on_failure_callback"] and t["on_success_callback"], where
     snapshot = dags[f"groupscope_snapshot_{deployment.cluster}"]["tasks"]
-    assert snapshot["check_landed"]["upstream"] == ["collect"]
-    assert snapshot["load"]["upstream"] == ["check_landed"]
+    # The gate and the load are one task (one task process fewer per snapshot).
+    assert set(snapshot) == {"collect", "load"}
+    assert snapshot["load"]["upstream"] == ["collect"]
     analytics = dags[f"groupscope_analytics_{deployment.cluster}"]["tasks"]
     assert {analytics[j]["operator"] for j in ("lag_job", "rebalance_job", "skew_job")} == \
         {"AnalyticsJobOperator"}
@@ -180,8 +181,7 @@ def test_dag_test_runs_snapshot_analytics_quality_chain(deployment: Deployment,
     for _ in range(2):
         run = d.harness("test", f"groupscope_snapshot_{d.cluster}")
         assert run["state"] == "success", run["log"][-3000:]
-        assert run["tasks"] == {"collect": "success", "check_landed": "success",
-                                "load": "success"}
+        assert run["tasks"] == {"collect": "success", "load": "success"}
     ingest = d.harness("test", f"groupscope_offsets_{d.cluster}")
     assert ingest["state"] == "success", ingest["log"][-3000:]
     assert ingest["tasks"] == {"ingest": "success", "load_generations": "success"}
@@ -252,15 +252,14 @@ def test_corrupt_landed_snapshot_stops_the_load_and_alerts(deployment: Deploymen
 
     run = d.harness("test", f"groupscope_snapshot_{d.cluster}")
     assert run["state"] == "failed"
-    assert run["tasks"] == {"collect": "success", "check_landed": "failed",
-                            "load": "upstream_failed"}
+    assert run["tasks"] == {"collect": "success", "load": "failed"}
     # Nothing downstream: neither the corrupt snapshot nor this run's good one is loaded.
     assert _snapshot_count(warehouse_engine, d.cluster) == loaded_before
 
     alerts = read_log(d.alert_log)[alerts_before:]
     assert len(alerts) == 1, alerts
     alert = alerts[0]
-    assert alert["title"] == f"groupscope_snapshot_{d.cluster}: task check_landed failed"
+    assert alert["title"] == f"groupscope_snapshot_{d.cluster}: task load failed"
     assert bad.snapshot_id in alert["text"]
     assert "ExpectCompoundColumnsToBeUnique" in alert["text"]
     assert "ExpectColumnPairValuesAToBeGreaterThanB" in alert["text"]
@@ -270,12 +269,12 @@ def test_corrupt_landed_snapshot_stops_the_load_and_alerts(deployment: Deploymen
     # is a secret).
     evaluated = d.harness("test", f"groupscope_alerts_{d.cluster}")
     assert evaluated["state"] == "success", evaluated["log"][-3000:]
-    posted = [b for b in d.webhook_received if "check_landed FAILED" in b.get("text", "")]
+    posted = [b for b in d.webhook_received if "load FAILED" in b.get("text", "")]
     assert len(posted) == 1, [b.get("text") for b in d.webhook_received]
     text_ = posted[0]["text"]
     assert text_.startswith(f"[FIRING] cluster {d.cluster}")
-    assert f"task groupscope_snapshot_{d.cluster}.check_landed FAILED" in text_
-    assert f"Task check_landed of DAG groupscope_snapshot_{d.cluster} failed" in text_
+    assert f"task groupscope_snapshot_{d.cluster}.load FAILED" in text_
+    assert f"Task load of DAG groupscope_snapshot_{d.cluster} failed" in text_
     assert bad.snapshot_id in text_
     assert "S3CRET-T0KEN" not in d.alert_log.read_text()
     assert "S3CRET-T0KEN" not in evaluated["log"]
@@ -444,8 +443,7 @@ def test_a_warehouse_that_is_down_loses_nothing(deployment: Deployment,
     down = d.harness("test", f"groupscope_snapshot_{d.cluster}",
                      **dict([warehouse_connection(closed)]))
     assert down["state"] == "failed"
-    assert down["tasks"] == {"collect": "success", "check_landed": "failed",
-                             "load": "upstream_failed"}
+    assert down["tasks"] == {"collect": "success", "load": "failed"}
     alerts = read_log(d.alert_log)[alerts_before:]
     assert len(alerts) == 1
     assert "is unreachable" in alerts[0]["text"] and "kept" in alerts[0]["text"]

@@ -14,8 +14,11 @@ the snapshot interval (a pass every few seconds) and the commit interval of the 
 - ``trio-one``: one member of three killed: no alert; the group rebalances when the session
   expires and goes on consuming;
 - ``joins`` (eager) and ``coop`` (cooperative-sticky): a member joins, then leaves cleanly;
-  ``paused``: a consumer that stops polling for 10 s; ``timer``: commits every 20 s: no alert.
-  (Bursty, idle and transactional consumers are test_alerting.py's healthy phase.)
+  ``paused``: a consumer that stops polling for 10 s; ``timer``: commits every 20 s;
+  ``once``: commits once, then keeps its member but never commits again, its lag growing (a
+  single commit is no rhythm); ``slow``: consumes a third of what is produced, committing
+  every second (WARN, falling behind: never STOP): no alert. (Bursty, idle and transactional
+  consumers are test_alerting.py's healthy phase.)
 - ``storm``: one member stays, another joins and leaves over and over, for more than two
   windows of the storm rule, which counts the generations of ``__consumer_offsets`` over a
   sliding window (``rebalance_window``, 10 s here for an hour: time compressed through
@@ -56,7 +59,8 @@ CLUSTER = "fast"
 MEMBER = Path(__file__).resolve().parents[1] / "member_process.py"
 SESSION_TIMEOUT_S = 45.0  # librdkafka's default, not set anywhere here
 COMMIT_EVERY_SECOND = ("enable.auto.commit=true", "auto.commit.interval.ms=1000")
-GROUPS = ("single", "trio-all", "trio-one", "joins", "coop", "paused", "timer", "storm")
+GROUPS = ("single", "trio-all", "trio-one", "joins", "coop", "paused", "timer", "once", "slow",
+          "storm")
 STORM_WINDOW_S = 10.0
 
 # keep_firing_for 0s: a single dip would resolve at once, so no flap can hide. The storm: more
@@ -95,16 +99,20 @@ class Producing(threading.Thread):
 
 
 class ThreadConsumer(threading.Thread):
-    """Consumes ``topic`` in ``group``; ``pause()`` stops polling for 10 s (a GC pause);
-    ``commit_every_s`` commits by hand on a timer instead of auto-committing every second."""
+    """Consumes ``topic`` in ``group``, auto-committing every second; ``pausing`` stops its
+    polling for 10 s (a GC pause). ``commit_every_s`` commits by hand on a timer instead;
+    ``commit_once`` commits by hand once, after its first record, and never again;
+    ``per_record_s`` sleeps that long after each record (slower than production, steadily)."""
 
-    def __init__(self, bootstrap: str, group: str, commit_every_s: float | None = None) -> None:
+    def __init__(self, bootstrap: str, group: str, commit_every_s: float | None = None,
+                 commit_once: bool = False, per_record_s: float = 0.0) -> None:
         super().__init__(daemon=True)
-        auto = commit_every_s is None
+        auto = commit_every_s is None and not commit_once
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                   "auto.offset.reset": "earliest", "enable.auto.commit": auto,
                                   "auto.commit.interval.ms": 1000})
         self.topic, self.commit_every_s = group, commit_every_s
+        self.commit_once, self.per_record_s = commit_once, per_record_s
         self.stopping, self.pausing, self.consumed = threading.Event(), threading.Event(), 0
 
     def run(self) -> None:
@@ -117,6 +125,9 @@ class ThreadConsumer(threading.Thread):
             message = self.consumer.poll(0.1)
             if message is not None and message.error() is None:
                 self.consumed += 1
+                if self.commit_once and self.consumed == 1:
+                    self.consumer.commit(message, asynchronous=False)
+                time.sleep(self.per_record_s)
             if self.commit_every_s and time.monotonic() - last_commit >= self.commit_every_s:
                 with contextlib.suppress(Exception):  # nothing consumed yet
                     self.consumer.commit(asynchronous=False)
@@ -182,7 +193,10 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
                                 "cooperative-sticky") for _ in range(2)],
                "storm": [_member(bootstrap, "storm", "heartbeat.interval.ms=500")]}
     threads = {"paused": ThreadConsumer(bootstrap, "paused"),
-               "timer": ThreadConsumer(bootstrap, "timer", commit_every_s=20.0)}
+               "timer": ThreadConsumer(bootstrap, "timer", commit_every_s=20.0),
+               "once": ThreadConsumer(bootstrap, "once", commit_once=True),
+               # about 5 records a second against the 15 produced, every second committed
+               "slow": ThreadConsumer(bootstrap, "slow", per_record_s=0.2)}
     for thread in threads.values():
         thread.start()
     loop = Loop(CLUSTER, bootstrap, postgres.url, tmp_path / "landing", spark, channels, rules,
@@ -264,6 +278,14 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
                 "mart.group_status s JOIN raw.consumer_groups g USING (cluster, snapshot_ts, "
                 "group_id) WHERE s.cluster = :c AND s.stop_partitions > 0 AND s.snapshot_ts > :k "
                 "ORDER BY s.group_id, s.snapshot_ts"), {"c": CLUSTER, "k": killed_ts}).all())
+            slow = conn.execute(text(
+                "SELECT DISTINCT status FROM mart.group_status WHERE cluster = :c AND "
+                "group_id = 'slow' AND snapshot_ts > :k"), {"c": CLUSTER, "k": killed_ts}
+            ).scalars().all()
+            never_stopped = conn.execute(text(
+                "SELECT DISTINCT group_id FROM mart.partition_status WHERE cluster = :c AND "
+                "group_id IN ('once', 'slow', 'paused', 'timer', 'joins', 'coop', 'trio-one') "
+                "AND status IN ('STOP', 'STALL')"), {"c": CLUSTER}).scalars().all()
             reasons = conn.execute(text(
                 "SELECT DISTINCT group_id FROM mart.group_status WHERE cluster = :c "
                 "AND worst_reason LIKE '% partitions of the group: no commit for %'"),
@@ -278,6 +300,10 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
         # expired), and the reason names the evidence.
         assert first_stop == {"single": 1, "trio-all": 3}, first_stop
         assert sorted(reasons) == ["single", "trio-all"]
+        # The false-alarm groups were never judged stopped or stalled; the slow consumer,
+        # committing steadily while its lag grows, is WARN (falling behind).
+        assert never_stopped == [], never_stopped
+        assert "WARN" in slow and "ERR" not in slow, slow
         # One member of three: the group handed its partitions over and goes on.
         assert recovered()
         # The storm's rebalances, loaded by the ingest (a join during the leave's rebalance

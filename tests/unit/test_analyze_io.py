@@ -12,7 +12,7 @@ import pytest
 from kafkautil import wait_until
 
 from groupscope.analyze import submit
-from groupscope.analyze.io import JVM_OPTIONS, landed_files
+from groupscope.analyze.io import JVM_OPTIONS, landed_files, local_relation
 from groupscope.contract import layout
 
 T0 = datetime(2026, 11, 20, 9, 58, tzinfo=UTC)
@@ -75,6 +75,20 @@ def test_a_long_lived_session_keeps_only_recent_query_history(spark: Any) -> Non
                "Spark to trim its query history to 20 SQL executions and 50 jobs")
     assert sql_store.executionsCount() <= 20
     assert kept_jobs() <= 50
+
+
+def test_a_local_relation_keeps_the_rows_and_the_schema_even_empty(spark: Any) -> None:
+    frame = spark.sql(
+        "SELECT timestamp'2026-11-20 09:58:00Z' AS snapshot_ts, id AS lag, "
+        "CAST(NULL AS double) AS rate, array(1, 2) AS members FROM range(3)")
+    kept = local_relation(frame.where("lag > 0"))
+    assert kept.schema == frame.schema
+    assert kept.collect() == frame.where("lag > 0").collect()
+    assert len(kept.collect()) == 2
+    # What reads it plans over the rows, not over the query that made them.
+    assert "LocalTableScan" in kept._jdf.queryExecution().executedPlan().toString()
+    empty = local_relation(frame.where("lag > 5"))
+    assert empty.schema == frame.schema and empty.count() == 0
 
 
 def test_work_in_a_child_process_is_stopped_when_it_hangs() -> None:

@@ -105,6 +105,20 @@ def session(app: str, master: str | None = None, cores: int = 2,
     return builder.getOrCreate()
 
 
+def local_relation(frame: Any) -> Any:
+    """``frame``'s rows, computed once and brought to the driver, as a new frame over them (a
+    local relation): what reads it afterwards plans a few operators over those rows instead of
+    ``frame``'s whole plan again. For small frames only (a live run's one snapshot): on Spark
+    Connect every query is analyzed whole, and several queries over one deep plan cost more
+    in planning than in computing."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    rows = frame.toArrow()
+    # The schema from the Arrow table itself (an empty one cannot be inferred; asking the
+    # frame would analyze its plan once more).
+    return frame.sparkSession.createDataFrame(rows, schema=from_arrow_schema(rows.schema))
+
+
 def bounded(call: Callable[[], object], timeout_s: float, what: str) -> bool:
     """Runs ``call`` (a cleanup call to a Spark Connect server: clearCache, stop) for at most
     ``timeout_s``; False when it did not return in time, and it is left behind in a daemon
