@@ -130,11 +130,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--healthy", type=float, default=150.0)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--churn-every", type=float, default=240.0,
+                        help="a false-alarm soak beside the runs: every so many seconds a member "
+                             "joins a healthy demo group and leaves it cleanly (0: none)")
     args = parser.parse_args()
-    sys.path[:0] = [str(ROOT / "dev"), str(ROOT / "src"), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT / "dev"), str(ROOT / "src"), str(ROOT / "tests"),
+                    str(ROOT / "bench")]
+    from freshness_bench import _churn
     from kafkautil import create_topic
 
     from groupscope import warehouse
+    from groupscope_dev.demo import HEALTHY
     from groupscope_dev.ports import free_port_block, free_ports
     from groupscope_dev.webhookcatcher import WebhookCatcher
 
@@ -170,6 +176,10 @@ def main() -> int:
         bootstrap = _env(env_file)["KAFKA_BOOTSTRAP"]
         create_topic(bootstrap, TOPIC, 3)
         threading.Thread(target=_produce, args=(bootstrap, stopping), daemon=True).start()
+        churn: list[str] = []
+        if args.churn_every > 0:
+            threading.Thread(target=_churn, args=(bootstrap, args.churn_every, stopping, churn),
+                             daemon=True).start()
         print("stack up; first status rows in the warehouse", flush=True)
         for n in range(args.runs):
             result = _one(engine, catcher, bootstrap, f"p4-payments-{n}", args.healthy,
@@ -204,6 +214,12 @@ def main() -> int:
         if values:
             print(f"{what:<42} median {statistics.median(values):6.1f} s  "
                   f"min {min(values):6.1f} s  max {max(values):6.1f} s")
+    healthy = [f"{i.get('group')}: {i.get('rule')} {i.get('notification')}"
+               for body in catcher.bodies for i in body.get("incidents", [])
+               if i.get("group") in HEALTHY]
+    print(f"the soak: {len(churn)} joins and clean leaves of healthy demo groups; "
+          f"notifications for the healthy groups ({', '.join(HEALTHY)}): {len(healthy)}"
+          + "".join(f"\n  {line}" for line in healthy))
     if delivered:
         print("a notification as received:\n" + delivered[-1]["text"])
     return 0 if len(delivered) == len(results) else 1

@@ -159,7 +159,7 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
     live = dags[f"groupscope_live_{deployment.cluster}"]
     assert live["timetable"] == "AssetTriggeredTimetable" and "live" in live["tags"]
     assert live["tasks"]["live_marts"]["operator"] == "LiveMartsOperator"
-    # A hung Spark job gives up within a few snapshot intervals (60 s floor), not 3 x 10 m.
+    # A hung Spark job gives up within a few snapshot intervals (90 s floor), not 3 x 10 m.
     assert live["tasks"]["live_marts"]["execution_timeout_s"] == 180  # 3 x 60 s snapshots
     assert live["tasks"]["evaluate_alerts"]["upstream"] == ["live_marts"]
     # The rules' own cadence, which no Spark work can hold up.
@@ -402,7 +402,7 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(
 
     # The Spark Connect server frozen (as a hung JVM is: its port accepts, nothing answers).
     # The alerts DAG, on its own cadence, still evaluates, and the channels hear that the
-    # analytics are stale within 3 minutes; live_marts gives up after its timeout (60 s with
+    # analytics are stale within 3 minutes; live_marts gives up after its timeout (90 s with
     # 10 s snapshots) instead of 3 x 10 minutes.
     alerts_dag = f"groupscope_alerts_{d.cluster}"
     assert any(r["state"] == "success" for r in airflow.dag_runs(alerts_dag))
