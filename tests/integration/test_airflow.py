@@ -175,8 +175,8 @@ def test_every_dag_parses_and_follows_the_policy(deployment: Deployment) -> None
         "AssetTriggeredTimetable"
 
 
-def test_dag_test_runs_snapshot_analytics_quality_chain(deployment: Deployment,
-                                                        warehouse_engine: Any) -> None:
+def test_dag_test_runs_snapshot_analytics_quality_chain(
+        deployment: Deployment, warehouse_engine: Any, spark_connect: SparkConnectServer) -> None:
     d = deployment
     for _ in range(2):
         run = d.harness("test", f"groupscope_snapshot_{d.cluster}")
@@ -194,10 +194,14 @@ def test_dag_test_runs_snapshot_analytics_quality_chain(deployment: Deployment,
     assert len(stamps) == 2
     # The hour of the last snapshot: a run whose data interval is that hour.
     end = stamps[-1].replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    # On the session's Spark Connect server, as under ./run: the operators' spark-submit
+    # path is test_live_analytics.py's (the live DAG without the connection) and
+    # test_analytics_jobs.py's (a job's entry point), so this test pays no JVM start per job.
     run = d.harness("test", f"groupscope_analytics_{d.cluster}", end.isoformat(),
-                    end.isoformat())
+                    end.isoformat(), **dict([spark_connect_connection(spark_connect.url)]))
     assert run["state"] == "success", run["log"][-5000:]
     assert set(run["tasks"].values()) == {"success"}
+    assert run["log"].count("on Spark Connect (connection") >= 3, run["log"][-5000:]
     start = end - timedelta(hours=1)
     in_interval = [s for s in stamps if start <= s < end]
 
@@ -380,7 +384,7 @@ def test_scheduler_runs_snapshots_and_rest_triggers_analytics(
     run_id = airflow.trigger(analytics_dag)
     assert airflow.wait_for_run(analytics_dag, run_id, 600) == "success"
     print(f"[{time.monotonic() - t0:5.0f} s] the triggered analytics run", flush=True)
-    # Its jobs ran on the Connect server (no spark-submit: dag.test() above covers that path).
+    # Its jobs ran on the Connect server.
     logs = airflow.home / "logs" / f"dag_id={analytics_dag}" / f"run_id={run_id}"
     for job in ("lag_job", "rebalance_job", "skew_job"):
         log = "".join(f.read_text() for f in (logs / f"task_id={job}").glob("attempt=*.log"))
