@@ -325,9 +325,9 @@ def alert_every() -> timedelta:
 def live_marts_timeout() -> timedelta:
     """live_marts takes seconds per snapshot; three snapshot intervals (90 s to 10 minutes)
     means it hangs, and the next snapshot's run takes over. The 90 s floor: under ./run on 2
-    cores, the first live run on a cold Connect server, behind the first hourly jobs, once took
-    52 s (with a 60 s floor it was stopped, and the on-call heard a false 'live_marts FAILED'
-    a minute after start-up)."""
+    cores, the first live run on a cold Connect server, behind the first hourly jobs, ran past
+    the 50 s a 60 s floor gives its child process: it was stopped, and the on-call heard a
+    false 'live_marts FAILED' a minute after start-up."""
     return min(max(3 * SETTINGS.snapshot_every, timedelta(seconds=90)), timedelta(minutes=10))
 
 

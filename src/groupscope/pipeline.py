@@ -235,15 +235,13 @@ def analytics(spark: Any, job: JobArgs, kind: str, small: bool = False) -> dict[
     interval holds a few snapshots (a live run's), whose frames are kept as local relations
     rather than cached (``analyze.jobs.lag_frames``)."""
     from groupscope import warehouse
-    from groupscope.analyze.io import local_relation
-    from groupscope.analyze.jobs import cached, compute
+    from groupscope.analyze.jobs import compute
 
     if not job.warehouse:
         raise StageFailed("no warehouse: give --warehouse or set WAREHOUSE_URL")
     written: dict[str, int] = {}
     with _warehouse(job.warehouse) as engine:
-        for ts_column, frames in compute(spark, job, kind,
-                                         local_relation if small else cached):
+        for ts_column, frames in compute(spark, job, kind, small):
             tables = [(name, frame.toArrow()) for name, frame in frames]
             warehouse.replace_interval_rows(engine, "mart", tables, job.cluster, ts_column,
                                             job.interval.start, job.interval.end)
@@ -305,10 +303,10 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
 # The live path computes at most this much after downtime (the newest snapshots first); what is
 # older is the hourly lag job's (it recomputes every hour whole, gaps included).
 LIVE_MAX_SPAN = timedelta(hours=1)
-# Up to this many snapshots, a live run keeps its frames as local relations (a round trip of
-# their rows through the driver, which collects them anyway): after downtime, an hour of
-# snapshots stays cached on the server.
-LIVE_SMALL_SNAPSHOTS = 8
+# Up to this many partition rows, a live run keeps its frames as local relations (a round trip
+# of their rows through the driver, which collects them anyway, and back to the server inline):
+# a large cluster, or an hour of snapshots after downtime, stays cached on the server.
+LIVE_SMALL_ROWS = 50_000
 LAG_MARTS = ("partition_lag", "member_lag", "topic_lag", "group_lag", "cluster_lag",
              "partition_status", "group_status")
 
@@ -322,6 +320,17 @@ def live_interval(warehouse_url: str, cluster: str) -> tuple[datetime, datetime,
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
         return live.next_interval(conn, cluster, LIVE_MAX_SPAN)
+
+
+def _committed_rows(warehouse_url: str, cluster: str, start: datetime, end: datetime) -> int:
+    """The committed-offset rows loaded in [start, end): the partition rows a live run writes."""
+    from sqlalchemy import text
+
+    with _warehouse(warehouse_url) as engine, engine.connect() as conn:
+        return int(conn.execute(text(
+            "SELECT count(*) FROM raw.committed_offsets WHERE cluster = :c"
+            " AND snapshot_ts >= :s AND snapshot_ts < :e"),
+            {"c": cluster, "s": start, "e": end}).scalar_one())
 
 
 def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> None:
@@ -366,7 +375,9 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
     from groupscope.analyze.io import bounded
 
     try:
-        written = analytics(spark, job, "lag", small=snapshots <= LIVE_SMALL_SNAPSHOTS)
+        written = analytics(spark, job, "lag",
+                            small=_committed_rows(warehouse_url, cluster, start, end)
+                            <= LIVE_SMALL_ROWS)
     finally:
         bounded(spark.catalog.clearCache, 30.0, "clearCache")
     record_live(warehouse_url, cluster, end, now)

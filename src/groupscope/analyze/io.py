@@ -114,8 +114,7 @@ def local_relation(frame: Any) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     rows = frame.toArrow()
-    # The schema from the Arrow table itself (an empty one cannot be inferred; asking the
-    # frame would analyze its plan once more).
+    # The schema from the Arrow table itself: an empty table's cannot be inferred.
     return frame.sparkSession.createDataFrame(rows, schema=from_arrow_schema(rows.schema))
 
 

@@ -5,13 +5,13 @@ what they compute; ``spark_jobs/*.py`` are the spark-submit entry points."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from groupscope.analyze.io import Interval, read_snapshot_table
+from groupscope.analyze.io import Interval, local_relation, read_snapshot_table
 
 # The history the rebalance job reads before its interval (a rebalance in progress at the
 # interval's start needs the snapshots before it).
@@ -93,17 +93,13 @@ PARTITION_LAG_COLUMNS = [
 ]
 
 
-def cached(frame: Any) -> Any:
-    return frame.cache()
-
-
-def lag_frames(spark: Any, job: JobArgs,
-               keep: Callable[[Any], Any] = cached) -> list[tuple[str, Any]]:
+def lag_frames(spark: Any, job: JobArgs, small: bool = False) -> list[tuple[str, Any]]:
     """mart.partition_lag, its roll-ups, mart.partition_status and mart.group_status.
 
-    The marts derive from two frames of the interval, the lag rows and the statuses; ``keep``
-    is how each is kept for the marts that read it: cached (the hourly job's hour of rows), or
-    computed once as a local relation (``io.local_relation``: the live path's one snapshot)."""
+    The marts derive from two frames of the interval, the lag rows and the statuses. An hour
+    of rows (the hourly job) reads them from the cached lag and cached statuses; a ``small``
+    interval (a live run's few snapshots) computes each once as a local relation
+    (``io.local_relation``), so each mart is a query of a few operators over a few rows."""
     from groupscope.analyze.lag import lag_mart, rollups, within
     from groupscope.analyze.status import StatusSettings, group_status, partition_status
 
@@ -118,10 +114,14 @@ def lag_frames(spark: Any, job: JobArgs,
                    _table(spark, job, "record_timestamps", start, end),
                    rate_window_s=int(RATE_WINDOW.total_seconds()),
                    history_s=TIME_LAG_HISTORY.total_seconds()).cache()
-    in_interval = keep(within(lag, job.interval.start, job.interval.end))
-    statuses = keep(within(partition_status(lag, _table(spark, job, "consumer_groups", start,
-                                                        end), StatusSettings()),
-                           job.interval.start, job.interval.end))
+    in_interval = within(lag, job.interval.start, job.interval.end)
+    statuses = within(partition_status(lag, _table(spark, job, "consumer_groups", start, end),
+                                       StatusSettings()),
+                      job.interval.start, job.interval.end)
+    if small:
+        in_interval, statuses = local_relation(in_interval), local_relation(statuses)
+    else:
+        statuses = statuses.cache()
     frames = [("partition_lag", in_interval.select(*PARTITION_LAG_COLUMNS))]
     frames += list(rollups(in_interval).items())
     frames += [("partition_status", statuses), ("group_status", group_status(statuses))]
@@ -188,14 +188,14 @@ def skew_frames(spark: Any, job: JobArgs) -> tuple[list[tuple[str, Any]],
     return [("group_skew", skew)], [("strategy_skew_hourly", strategy_skew_hourly(skew, events))]
 
 
-def compute(spark: Any, job: JobArgs, kind: str, keep: Callable[[Any], Any] = cached,
+def compute(spark: Any, job: JobArgs, kind: str, small: bool = False,
             ) -> list[tuple[str, list[tuple[str, Any]]]]:
     """One job's marts (``lag``, ``rebalance`` or ``skew``) for the interval, as
     (time column, [(mart table, frame)]): the rows to replace, by the column that places them
     in the interval. Writing them is the caller's (``groupscope.pipeline.analytics``).
-    ``keep``: see ``lag_frames``."""
+    ``small``: see ``lag_frames``."""
     if kind == "lag":
-        return [("snapshot_ts", lag_frames(spark, job, keep))]
+        return [("snapshot_ts", lag_frames(spark, job, small))]
     if kind == "rebalance":
         by_time, hourly = rebalance_frames(spark, job)
         return [("event_ts", by_time), ("period_start", hourly)]
