@@ -199,7 +199,11 @@ class AnalyticsJobOperator(SparkSubmitOperator):
         try:
             yield spark
         finally:
-            # Bounded: after a timeout on a hung server, stop() would hang the task forever.
+            # What the job cached lives in the server's cache, shared by every session and
+            # outliving this one: released here (as the live path does), or each hourly run
+            # would leave its hour of rows behind. Bounded: after a timeout on a hung server,
+            # clearCache() and stop() would hang the task forever.
+            bounded(spark.catalog.clearCache, 30.0, "clearCache")
             bounded(spark.stop, 30.0, "session stop")
 
     def submit_interval(self, context: Any, start: datetime, end: datetime) -> None:
