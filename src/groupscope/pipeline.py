@@ -232,8 +232,8 @@ def analytics(spark: Any, job: JobArgs, kind: str, small: bool = False) -> dict[
     Not Spark's JDBC writer: it cannot delete an interval and insert its replacement
     atomically. The marts of one interval are small (aggregates, or one hour of partition rows),
     so they are collected as Arrow and copied in with COPY on the driver. ``small``: the
-    interval holds a few snapshots (a live run's), whose frames are kept as local relations
-    rather than cached (``analyze.jobs.lag_frames``)."""
+    interval holds few rows (a live run's, at most ``LIVE_SMALL_ROWS``), whose frames are kept
+    as local relations rather than cached (``analyze.jobs.lag_frames``)."""
     from groupscope import warehouse
     from groupscope.analyze.jobs import compute
 
