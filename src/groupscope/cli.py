@@ -28,7 +28,7 @@ class CliError(Exception):
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from groupscope.collect.collector import take_snapshot
+    from groupscope.collect.isolated import take_snapshot_isolated as take_snapshot
     from groupscope.pipeline import land_snapshot
     from groupscope.serve.report import snapshot_json, snapshot_table
 
@@ -250,7 +250,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     if not args.bootstrap:
         raise CliError("give --bootstrap (a live group) or --input FILE", EXIT_USAGE)
-    from groupscope.collect.collector import take_snapshot
+    from groupscope.collect.isolated import take_snapshot_isolated as take_snapshot
 
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
     snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC))

@@ -72,12 +72,14 @@ def land_snapshot(snapshot: Snapshot, landing: Path) -> LandedSnapshot:
 def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
             timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
     """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe)."""
-    from groupscope.collect.collector import CollectorSettings, take_snapshot
+    from groupscope.collect.collector import CollectorSettings
+    from groupscope.collect.isolated import take_snapshot_isolated
 
     settings = CollectorSettings(request_timeout_s=timeout_s,
                                  offset_fetch_connections=offset_fetch_connections)
     try:
-        snapshot = take_snapshot(cluster, timeout_s, snapshot_ts, settings=settings)
+        # In a child process: librdkafka can crash on a coordinator that moves (isolated.py).
+        snapshot = take_snapshot_isolated(cluster, timeout_s, snapshot_ts, settings=settings)
     except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
     landed = land_snapshot(snapshot, landing)
