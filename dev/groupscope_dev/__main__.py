@@ -562,7 +562,7 @@ class _StatusPrinter:
         from groupscope import warehouse
         from groupscope.serve.alerting import incidents
         from groupscope.serve.alerting.alerts import read_log
-        from groupscope.serve.alerting.notify import headline
+        from groupscope.serve.alerting.notify import headline, top_cause
         from groupscope_dev.runstatus import read_groups, render_groups
 
         parts = [_now()]
@@ -586,7 +586,10 @@ class _StatusPrinter:
             firing = [i for i in open_now if i.state == "firing"
                       and not i.details.get(incidents.INHIBITED)]
             held = [i for i in open_now if i.details.get(incidents.INHIBITED)]
-            named = sorted({f"{i.group_id or i.cluster} {headline(i)}" for i in firing})
+            # Each with its likeliest cause, in group terms ("member crashed").
+            named = sorted({f"{i.group_id or i.cluster} {headline(i)}"
+                            + (f" ({cause})" if (cause := top_cause(i)) else "")
+                            for i in firing})
             parts.append(f"warehouse: {loaded} snapshots")
             parts.append(f"alerts: {len(firing)} firing"
                          + (f" ({'; '.join(named[:3])}{'; ...' if len(named) > 3 else ''})"

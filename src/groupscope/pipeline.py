@@ -469,7 +469,7 @@ def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
                     conn, cluster, {r.condition for r in rules.rules}, now, snapshot_every,
                     stale_intervals=_stale_intervals(rules, cluster),
                     open_groups={i.group_id for i in current if i.group_id}, me=me,
-                    rebalance_window=rules.rebalance_window)
+                    rebalance_window=rules.rebalance_window, holds=rules.exceeded)
                 result = incidents.evaluate(rules, observed, current, now)
                 incidents.save(conn, result.incidents)
                 owed = incidents.owe(conn, result.notices, lambda i: [

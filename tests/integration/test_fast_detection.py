@@ -274,6 +274,16 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
         assert "counted from the generations in __consumer_offsets" in \
             texts[("storm", "firing")]["details"]
         assert flapping.cycles >= 10, flapping.cycles
+        # Each FIRING names its likeliest cause (issue 28): the killed members, still listed
+        # when it fired, and nothing else on this quiet broker; the storm's churning member.
+        for group, killed in (("single", 1), ("trio-all", 3)):
+            causes = texts[(group, "firing")]["causes"]
+            assert [c["kind"] for c in causes] == ["members_silent"], (group, causes)
+            assert causes[0]["evidence"].count("(client rdkafka, host /") == killed, causes
+        assert texts[("storm", "firing")]["causes"][0]["kind"] == "members_churning", \
+            texts[("storm", "firing")]["causes"]
+        single_text = next(t for t in webhook.texts if "group single:" in t)
+        assert "Likely cause: member stopped committing (crashed or hung): " in single_text
         with warehouse_engine.connect() as conn:
             first_stop = dict(conn.execute(text(
                 "SELECT DISTINCT ON (s.group_id) s.group_id, g.member_count FROM "
@@ -298,6 +308,13 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
             hourly = conn.execute(text(
                 "SELECT count(*) FROM mart.rebalance_events WHERE cluster = :c"),
                 {"c": CLUSTER}).scalar_one()
+            single_causes = conn.execute(text(
+                "SELECT details->'causes' FROM ops.alert_incidents WHERE cluster = :c AND "
+                "group_id = 'single' AND rule = 'group_err' ORDER BY started_at DESC LIMIT 1"),
+                {"c": CLUSTER}).scalar_one()
+        # Once its session expired, the stopped group's cause is a crash: listed without
+        # committing until the coordinator removed it, no LeaveGroup.
+        assert [c["kind"] for c in single_causes][:1] == ["member_crashed"], single_causes
         # The dead members were still listed when the STOP came (their sessions had not
         # expired), and the reason names the evidence.
         assert first_stop == {"single": 1, "trio-all": 3}, first_stop

@@ -35,17 +35,19 @@ that is invalid.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 
+from groupscope.serve.alerting import causes
+
 # The condition kinds, by subject.
 GROUP_CONDITIONS = (
     "group_status_err", "partition_rewind", "lag_seconds", "lag_records",
-    "lag_beyond_retention", "group_empty_lag_growing", "rebalances_per_hour",
+    "lag_beyond_retention", "group_empty_lag_growing", "rebalances_per_hour", "rebalance_stuck",
 )
 CLUSTER_CONDITIONS = ("collector_stale", "snapshot_incomplete", "quality_gate_failed")
 # groupscope's watch over its own parts (cluster subjects too; task_failed and channel_failing
@@ -54,6 +56,10 @@ SELF_CONDITIONS = ("analytics_stale", "task_failed", "channel_failing", "rules_i
 
 # How far back the quality-gate condition looks for the latest result of each suite.
 QUALITY_HORIZON = timedelta(hours=24)
+# The groups whose probable causes one evaluation reads (those with an open incident first):
+# a broker outage that stops a thousand groups must not stop the evaluation too. The others'
+# messages say the causes were not read.
+MAX_EXPLAINED = 50
 
 
 @dataclass(frozen=True)
@@ -185,14 +191,18 @@ class SelfState:
 def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
             snapshot_every: timedelta, *, stale_intervals: float = math.inf,
             open_groups: Iterable[str] = (), me: SelfState | None = None,
-            rebalance_window: timedelta = timedelta(hours=1)) -> list[Observation]:
+            rebalance_window: timedelta = timedelta(hours=1),
+            holds: Callable[[Observation], bool] | None = None) -> list[Observation]:
     """The values of ``conditions`` (kinds) for every subject of ``cluster``, read in the
     caller's transaction (``conn`` must be in one: the views' parameters are set for it).
     ``stale_intervals``: how far behind the newest snapshot (in snapshot intervals) the status
     rows may be before every group value is unknown; ``open_groups``: the groups with an open
     incident, so that one missing from the newest status snapshot is told apart as deleted
     (its incidents resolve) or unknown (they are kept); ``rebalance_window``: the sliding window
-    rebalances_per_hour counts over (scaled to an hour)."""
+    rebalances_per_hour counts over (scaled to an hour); ``holds``: whether an observation
+    exceeds its rule (the rules' thresholds, overrides applied): a group with one, or with an
+    open incident, gets the probable causes (``groupscope.serve.alerting.causes``) of each of
+    its values in their details, ``causes``."""
     wanted = set(conditions)
     # The views' parameters (serve.group_conditions, serve.cluster_conditions), for this
     # transaction only: a pooled connection never keeps an earlier evaluation's clock.
@@ -209,7 +219,7 @@ def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
             stale = (f"the analytics are {_seconds(behind[1])} behind the newest snapshot "
                      f"({_iso(analytics.newest_loaded)}): the status rows are frozen")
         observations += _group_observations(conn, cluster, wanted & set(GROUP_CONDITIONS),
-                                            set(open_groups), stale)
+                                            set(open_groups), stale, holds, snapshot_every)
     if wanted & set(CLUSTER_CONDITIONS):
         observations += _cluster_observations(conn, cluster, wanted, now, snapshot_every)
     if "analytics_stale" in wanted:
@@ -255,10 +265,12 @@ def _seconds(value: float) -> str:
 
 
 def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: set[str],
-                        stale: str | None) -> list[Observation]:
+                        stale: str | None, holds: Callable[[Observation], bool] | None = None,
+                        every: timedelta = timedelta(seconds=30)) -> list[Observation]:
     rows = conn.execute(_GROUPS, {"cluster": cluster}).mappings().all()
     at = max((r["snapshot_ts"] for r in rows), default=None)
     observations: list[Observation] = []
+    by_group: dict[str, list[Observation]] = {}
     for row in rows:
         details = _group_details(row)
         values = {kind: row[kind] for kind in GROUP_CONDITIONS}
@@ -274,12 +286,43 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
             else:
                 observations.append(Observation(kind, cluster, row["group_id"], float(value),
                                                 details))
+            by_group.setdefault(row["group_id"], []).append(observations[-1])
+    if stale is None:
+        observations = _explained(conn, cluster, observations, by_group, open_groups, holds,
+                                  at, every)
     seen = {r["group_id"] for r in rows}
     for group_id in sorted(open_groups - seen):
         why = _why_absent(conn, cluster, group_id, at) if stale is None else stale
         if why is not None:
             observations += [unknown(kind, cluster, group_id, why) for kind in wanted]
     return observations
+
+
+def _explained(conn: Any, cluster: str, observations: list[Observation],
+               by_group: dict[str, list[Observation]], open_groups: set[str],
+               holds: Callable[[Observation], bool] | None, at: datetime | None,
+               every: timedelta) -> list[Observation]:
+    """The observations, those of the groups in trouble with their probable causes."""
+    if at is None:
+        return observations
+    troubled = [g for g, obs in by_group.items()
+                if g in open_groups or (holds is not None and any(holds(o) for o in obs))]
+    troubled.sort(key=lambda g: (g not in open_groups, g))
+    ranked: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for index, group_id in enumerate(troubled):
+        kinds = [o.condition for o in by_group[group_id] if causes.explains(o.condition)]
+        if index >= MAX_EXPLAINED:
+            for kind in kinds:
+                ranked[group_id, kind] = [{"kind": "not_read", "title": "causes not read",
+                                           "evidence": f"more than {MAX_EXPLAINED} groups are in "
+                                           "trouble at once; see the group's dashboard",
+                                           "since": None}]
+            continue
+        evidence = causes.read_evidence(conn, cluster, group_id, at, every)
+        for kind in kinds:
+            ranked[group_id, kind] = [c.as_dict() for c in causes.rank(evidence, kind)]
+    return [replace(o, details={**o.details, "causes": ranked[o.group_id, o.condition]})
+            if (o.group_id, o.condition) in ranked else o for o in observations]
 
 
 _NULL_REASON = {
@@ -324,6 +367,7 @@ def _group_details(row: Any) -> dict[str, Any]:
             "rebalance_window_s")
     details = {k: row[k] for k in keys}
     details["rebalances_in_window"] = row["rebalances"]
+    details["rebalancing_since"] = _iso(row["rebalancing_since"])
     details["snapshot_ts"] = row["snapshot_ts"].isoformat()
     return details
 

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from groupscope.serve.alerting import causes
 from groupscope.serve.alerting.channels import Channel, ChannelError, Message
 from groupscope.serve.alerting.incidents import Incident, Undelivered, is_unknown_notice
 from groupscope.serve.alerting.rules import RuleSet
@@ -103,6 +104,7 @@ def headline(incident: Incident) -> str:
         "lag_beyond_retention": "LAG BEYOND RETENTION (data lost to the consumer)",
         "group_empty_lag_growing": "EMPTY while its lag grows",
         "rebalances_per_hour": f"REBALANCE STORM ({_count(incident.value)} an hour)",
+        "rebalance_stuck": f"REBALANCE STUCK for {duration(incident.value)}",
         "collector_stale": "collector STALE",
         "snapshot_incomplete": "snapshots INCOMPLETE",
         "quality_gate_failed": "quality gate FAILED",
@@ -160,6 +162,13 @@ def detail_lines(incident: Incident) -> list[str]:
         return [f"{counted} (threshold {_count(incident.threshold)} an hour; counted from "
                 f"{source.get(d.get('rebalances_source') or '', 'the rebalance events')}); "
                 f"{lag}.", members_line]
+    if condition == "rebalance_stuck":
+        return [f"{d.get('state', '?')} since {_clock(d.get('rebalancing_since'))} "
+                f"({duration(incident.value)}; threshold {duration(incident.threshold)}): the "
+                "group consumes nothing until every member has rejoined, which it waits for up "
+                "to its rebalance timeout (max.poll.interval.ms for a classic group, 5 min by "
+                f"default; rebalance.timeout.ms for a consumer-protocol group); {lag}.",
+                members_line]
     if condition == "collector_stale":
         return [f"No complete snapshot for {duration(d.get('since_s'))} "
                 f"({incident.value:.1f} snapshot intervals of {duration(d.get('snapshot_every_s'))}"
@@ -202,6 +211,28 @@ def detail_lines(incident: Incident) -> list[str]:
     return [f"Value {incident.value:g}, threshold {incident.threshold:g}."]
 
 
+def cause_lines(incident: Incident) -> list[str]:
+    """The "Likely cause" block: the probable causes the evaluation ranked for the incident
+    (``groupscope.serve.alerting.causes``), best first; nothing for a condition they do not
+    explain, or an incident evaluated before they existed."""
+    found = incident.details.get("causes")
+    if found is None or not causes.explains(str(incident.details.get("condition", ""))):
+        return []
+    if not found:
+        return ["Likely cause: none known (no member crashed or left, no stuck record, "
+                "rebalance storm, coordinator move, producer surge, slow consumer or rewind "
+                "in the group's last hour)."]
+    first, *rest = found
+    return [f"Likely cause: {first['title']}: {first['evidence']}.",
+            *[f"Also possible: {c['title']}: {c['evidence']}." for c in rest]]
+
+
+def top_cause(incident: Incident) -> str | None:
+    """The likeliest cause's title, if the evaluation found one."""
+    found = incident.details.get("causes") or []
+    return str(found[0]["title"]) if found else None
+
+
 def _first_line_of(text: Any) -> str:
     lines = str(text or "").strip().splitlines()
     return lines[0][:500] if lines else "no reason was given"
@@ -222,6 +253,7 @@ def incident_fields(incident: Incident, notification: str, dashboard: str) -> di
         "summary": headline(incident), "details": " ".join(detail_lines(incident)),
         "dashboard": dashboard_link(dashboard, incident), "runbook": incident.runbook,
         "labels": dict(incident.labels),
+        "causes": list(incident.details.get("causes") or []),
     }
 
 
@@ -270,7 +302,7 @@ def single(item: Undelivered, dashboard: str, also: Sequence[Undelivered] = (),
                 *([f"Also unknown: {'; '.join(others)}."] if others else [])]
     else:
         body = [f"[FIRING] {subject_of(incident)}: {headline(incident)}.{repeat}",
-                *detail_lines(incident),
+                *detail_lines(incident), *cause_lines(incident),
                 *([f"Also firing: {'; '.join(others)}."] if others else [])]
     body.append(f"Dashboard: {dashboard_link(dashboard, incident)}. "
                 f"Runbook: {incident.runbook or '-'}")
@@ -313,7 +345,9 @@ def grouped(items: Sequence[Undelivered], dashboard: str,
         elif tag == "UNKNOWN":
             lines.append(f"- {who}: {_unknown_line(incident)}")
         else:
-            lines.append(f"- {who}: {headline(incident)}. {detail_lines(incident)[0]}")
+            cause = top_cause(incident)
+            lines.append(f"- {who}: {headline(incident)}. {detail_lines(incident)[0]}"
+                         + (f" Likely cause: {cause}." if cause else ""))
     if len(items) > MAX_LISTED:
         lines.append(f"- ... and {len(items) - MAX_LISTED} more (groupscope alerts list).")
     overview = dashboard_link(dashboard, replace(items[0].incident, group_id=""))

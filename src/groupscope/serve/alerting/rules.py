@@ -73,6 +73,8 @@ CONDITIONS: Mapping[str, str] = {
     "group_empty_lag_growing": "records the lag of a group without members grew by since the "
                                "previous snapshot",
     "rebalances_per_hour": "rebalances of the group in the last hour",
+    "rebalance_stuck": "seconds the group has been rebalancing without a break (a member that "
+                       "does not rejoin blocks every other)",
     "collector_stale": "snapshot intervals since the cluster's last complete snapshot",
     "snapshot_incomplete": "incomplete snapshots of the cluster in a row",
     "quality_gate_failed": "data-quality suites whose latest check failed",
@@ -433,6 +435,19 @@ class RuleSet(_Strict):
             if rule.name == name:
                 return rule
         raise KeyError(name)
+
+    def exceeded(self, observation: Any) -> bool:
+        """Whether an observed value (``conditions.Observation``) is above the threshold of an
+        enabled rule of its condition, the overrides for its subject applied (unknown: no)."""
+        value = observation.value
+        if observation.unknown is not None or math.isnan(value):
+            return False
+        for rule in self.rules:
+            if rule.condition == observation.condition:
+                effective = rule.effective(observation.cluster, observation.group_id)
+                if effective.enabled and value > effective.threshold:
+                    return True
+        return False
 
     def channels_for(self, severity: str, labels: Mapping[str, str]) -> list[Channel]:
         """The channels of every matching route, in route order, up to and including the first

@@ -537,6 +537,20 @@ def group_detail() -> dict[str, Any]:
                 "FROM serve.group_status_latest WHERE " + where,
                 columns=[_column("state", mappings=STATE_TEXT, background=True),
                          _column("worst_reason", label="why")]), 24, 3),
+        (_table("Likely causes",
+                "SELECT time, rule, state, rank, cause, evidence, since, started_at\n"
+                "FROM serve.group_alert_causes\n"
+                "WHERE " + where + " AND (state <> 'resolved' OR $__timeFilter(time))\n"
+                "ORDER BY started_at DESC, rank",
+                description="Why the group is in trouble: the probable causes of each of its "
+                            "alerts, best first, as the alert evaluation ranked them from the "
+                            "group's history (members that crashed or left, a record it is "
+                            "stuck on, rebalances, coordinator moves, production against "
+                            "consumption, rewinds). The same lines as the notification's "
+                            "\"Likely cause\".",
+                columns=[_column("state", mappings=INCIDENT_STATE_TEXT),
+                         _column("time", label="evaluated"),
+                         _column("started_at", label="alert since")]), 24, 6),
         (_timeseries("Lag per partition (records)",
                      "SELECT time, series AS metric, lag_records\n"
                      "FROM serve.partition_lag_history\n"

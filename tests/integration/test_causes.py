@@ -1,0 +1,265 @@
+"""Alerts that explain (issue 28): each probable cause reproduced with real clients on the
+session's broker, the snapshot loop of the live path running as fast as it goes (collect, gate,
+load, live marts on Spark, evaluate), and each group's FIRING on a real webhook naming its cause
+first, with its evidence. The scenarios run side by side, one group each:
+
+- ``leaver``: its only member closes (a LeaveGroup) while records keep coming: STOPPED, and
+  "member left the group";
+- ``poison``: one member reads three partitions and stops processing one of them (paused, as a
+  consumer retrying a record that always fails does) while it commits the other two: STALLED
+  (after the status rules' 60 s ``min_stop_s``), and "stuck on a record" with its offset;
+- ``surge``: production goes from 10 to 100 records a second; the consumer, able to read about
+  40, falls behind: the lag alert names "a producer surge";
+- ``slower``: 30 records a second; its consumer keeps up, then slows to about 20 a second:
+  "the consumers are slower than production";
+- ``rewind``: a group without members whose offsets an admin moves back: "committed offsets
+  moved back", "while the group had no member";
+- ``stuck``: of two members, one stops polling (its handler blocked: librdkafka keeps
+  heartbeating) and a third member joins: the rebalance waits for the blocked one until its
+  ``max.poll.interval.ms`` (45 s here) passes, and the stuck-rebalance alert names it.
+
+A killed member (still listed, then expired) and a storm's churning members are named in
+tests/integration/test_fast_detection.py; a coordinator moving in test_alert_unknown.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from conftest import _cluster, _running, unique
+from kafkautil import commit_offsets, create_topic, produce_counts
+from pipeline_loop import Loop
+
+from groupscope.serve.alerting.airflow_channels import build_channels
+from groupscope.serve.alerting.rules import load_rules
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION
+from groupscope_dev.webhookcatcher import WebhookCatcher
+
+pytestmark = pytest.mark.integration
+
+MEMBER = Path(__file__).resolve().parents[1] / "member_process.py"
+RULES = """
+keep_firing_for: 0s
+channels:
+  - {name: webhook, kind: webhook, connection: causes_webhook}
+rules:
+  - name: lag_records_high
+    overrides:
+      # a lag that fires within the test, once the history holds a baseline to compare with
+      - {group: "(surge|slower)-.*", threshold: 300, for: 10s}
+  - name: rebalance_stuck
+    overrides:
+      - {group: "stuck-.*", threshold: 8}
+"""
+# The stuck group's members: a short session, and a poll interval the test can wait out.
+STUCK = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+         "max.poll.interval.ms": 45000}
+
+
+class Producing(threading.Thread):
+    """Produces ``rates[topic]`` records a second to each topic, spread over 3 partitions;
+    the rates may change while it runs."""
+
+    def __init__(self, bootstrap: str, rates: dict[str, float]) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.rates, self.stopping = rates, threading.Event()
+
+    def run(self) -> None:
+        owed = dict.fromkeys(self.rates, 0.0)
+        sent = dict.fromkeys(self.rates, 0)
+        while not self.stopping.is_set():
+            for topic, rate in list(self.rates.items()):
+                owed[topic] += rate * 0.1
+                while owed[topic] >= 1:
+                    owed[topic] -= 1
+                    self.producer.produce(topic, b"x", partition=sent[topic] % 3)
+                    sent[topic] += 1
+            self.producer.poll(0)
+            time.sleep(0.1)
+        self.producer.flush(10)
+
+
+class Reading(threading.Thread):
+    """A member of ``group`` reading ``topic``, committing what it processed every second;
+    ``per_record_s`` of work per record; ``poisoned`` stops the processing of partition 0;
+    ``blocked`` stops its polling altogether (a handler that never returns)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, per_record_s: float = 0.0,
+                 client_id: str = "reader", **config: Any) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "client.id": client_id, **config})
+        self.topic, self.per_record_s = topic, per_record_s
+        self.stopping, self.poisoned = threading.Event(), threading.Event()
+        self.blocked = threading.Event()
+        self.consumed = 0
+
+    def run(self) -> None:
+        self.consumer.subscribe([self.topic])
+        processed: dict[int, int] = {}
+        committed_at, paused = time.monotonic(), False
+        while not self.stopping.is_set():
+            if self.blocked.is_set():
+                time.sleep(0.1)
+                continue
+            if self.poisoned.is_set() and not paused:
+                self.consumer.pause([TopicPartition(self.topic, 0)])
+                paused = True
+            message = self.consumer.poll(0.05)
+            if (message is not None and message.error() is None
+                    and not (paused and message.partition() == 0)):
+                processed[message.partition()] = message.offset() + 1
+                self.consumed += 1
+                time.sleep(self.per_record_s)
+            if processed and time.monotonic() - committed_at >= 1.0:
+                with contextlib.suppress(KafkaException):  # a rebalance: committed next time
+                    self.consumer.commit(offsets=[TopicPartition(self.topic, p, o)
+                                                  for p, o in processed.items()],
+                                         asynchronous=False)
+                committed_at = time.monotonic()
+        self.consumer.close()
+
+
+def _member(bootstrap: str, group: str, topic: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, str(MEMBER), bootstrap, group, topic,
+                             "enable.auto.commit=true", "auto.commit.interval.ms=1000",
+                             f"client.id={group}-member"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _firings(webhook: WebhookCatcher) -> dict[tuple[str, str], dict[str, Any]]:
+    """(group, rule) -> its FIRING incident, as the webhook's JSON carries it."""
+    first: dict[tuple[str, str], dict[str, Any]] = {}
+    for body in list(webhook.bodies):
+        for incident in body.get("incidents", []):
+            if incident.get("notification") == "firing" and incident.get("group"):
+                first.setdefault((incident["group"], incident["rule"]), incident)
+    return first
+
+
+@pytest.fixture(scope="module")
+def broker(services_dir: Path) -> Iterator[Any]:
+    # Its own: a snapshot of the session's broker would read every other test's groups too.
+    yield from _running(_cluster(services_dir, "causes", 1, DEFAULT_KAFKA_VERSION))
+
+
+def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spark: Any,
+                                                tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    bootstrap = broker.bootstrap
+    webhook = WebhookCatcher()
+    webhook.start()
+    monkeypatch.setenv("AIRFLOW_CONN_CAUSES_WEBHOOK", json.dumps(
+        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES)
+    rules = load_rules(rules_file)
+    channels = build_channels(rules).channels
+    groups = {name: unique(name)
+              for name in ("leaver", "poison", "surge", "slower", "rewind", "stuck")}
+    for group in groups.values():
+        create_topic(bootstrap, group, 3)
+    producing = Producing(bootstrap, {groups["leaver"]: 15, groups["poison"]: 15,
+                                      groups["surge"]: 10, groups["slower"]: 30,
+                                      groups["stuck"]: 15})
+    readers = {"poison": Reading(bootstrap, groups["poison"], groups["poison"]),
+               "surge": Reading(bootstrap, groups["surge"], groups["surge"],
+                                per_record_s=0.025),
+               "slower": Reading(bootstrap, groups["slower"], groups["slower"]),
+               "blocked": Reading(bootstrap, groups["stuck"], groups["stuck"],
+                                  client_id="blocked-handler", **STUCK),
+               "steady": Reading(bootstrap, groups["stuck"], groups["stuck"],
+                                 client_id="steady-handler", **STUCK)}
+    joiner = Reading(bootstrap, groups["stuck"], groups["stuck"], client_id="joiner", **STUCK)
+    leaver = _member(bootstrap, groups["leaver"], groups["leaver"])
+    produce_counts(bootstrap, groups["rewind"], [100, 100, 100])
+    commit_offsets(bootstrap, groups["rewind"], {(groups["rewind"], p): 80 for p in range(3)})
+    loop = Loop(unique("causes"), bootstrap, postgres.url, tmp_path / "landing", spark,
+                channels, rules)
+    began = time.monotonic()
+    events: dict[str, float] = {}
+
+    def seconds() -> float:
+        return time.monotonic() - began
+
+    try:
+        producing.start()
+        for reader in readers.values():
+            reader.start()
+        assert leaver.stdout is not None
+        assert leaver.stdout.readline().startswith("ASSIGNED")
+        expect = {"leaver": ("group_err", "member_left", "committed up to"),
+                  "poison": ("group_err", "stuck_on_record",
+                             f"{groups['poison']}[0] has stayed at offset"),
+                  "surge": ("lag_records_high", "producer_surge", "production up"),
+                  "slower": ("lag_records_high", "consumer_slower", "consuming"),
+                  "rewind": ("partition_rewind", "rewind", "while the group had no member"),
+                  "stuck": ("rebalance_stuck", "rebalance_waits", "(client blocked-handler,")}
+        wanted = {(groups[name], rule) for name, (rule, _, _) in expect.items()}
+        while seconds() < 240 and not wanted <= set(_firings(webhook)):
+            loop.once()
+            # A baseline first (the rates and commit rhythms of every group), then the faults.
+            if len(loop.summaries) >= 8 and "faults" not in events:
+                events["faults"] = seconds()
+                assert leaver.stdin is not None
+                leaver.stdin.write("close\n")
+                leaver.stdin.flush()
+                readers["poison"].poisoned.set()
+                producing.rates[groups["surge"]] = 100
+                readers["slower"].per_record_s = 0.05
+                commit_offsets(bootstrap, groups["rewind"],
+                               {(groups["rewind"], p): 10 for p in range(3)})
+                readers["blocked"].blocked.set()
+            if len(loop.summaries) >= 10 and "join" not in events:
+                # Two passes after the handler blocked: its partitions already silent.
+                events["join"] = seconds()
+                joiner.start()
+        firings = _firings(webhook)
+        print(f"faults at {events.get('faults')} s, join at {events.get('join')} s; "
+              f"{len(loop.summaries)} passes in {seconds():.0f} s; firing: "
+              + "; ".join(f"{g} {r} after {i.get('since')}: {[c['kind'] for c in i['causes']]}"
+                          for (g, r), i in firings.items()), flush=True)
+        for name, (rule, kind, evidence) in expect.items():
+            incident = firings.get((groups[name], rule))
+            assert incident is not None, (name, sorted(firings), webhook.texts)
+            assert incident["causes"], (name, incident)
+            assert incident["causes"][0]["kind"] == kind, (name, incident["causes"])
+            assert evidence in incident["causes"][0]["evidence"], (name, incident["causes"])
+            text = next(t for t in webhook.texts
+                        if f"group {groups[name]}:" in t and incident["summary"] in t)
+            assert f"Likely cause: {incident['causes'][0]['title']}: " in text, text
+        # The stuck group's STOP, if it came (nobody commits during the rebalance), names the
+        # member the rebalance waits for too, not every member it silenced.
+        stopped = firings.get((groups["stuck"], "group_err"))
+        if stopped is not None:
+            assert stopped["causes"][0]["kind"] == "rebalance_waits", stopped["causes"]
+        # Only the faulty groups fired: the healthy phase paged nobody.
+        assert {g for g, _ in firings} == set(groups.values()), sorted(firings)
+    finally:
+        producing.stopping.set()
+        for reader in [*readers.values(), joiner]:
+            reader.stopping.set()
+        if leaver.poll() is None:
+            leaver.kill()
+            leaver.wait()
+        for thread in [*readers.values(), joiner, producing]:
+            if thread.is_alive():
+                thread.join(15)
+        webhook.stop()
+        print("median seconds per pass step: " + ", ".join(
+            f"{name} {sorted(values)[len(values) // 2]:.1f}"
+            for name, values in loop.seconds.items()), flush=True)

@@ -1,0 +1,222 @@
+"""The probable causes of a group's alert (``groupscope.serve.alerting.causes.rank``), on tiny
+inline histories: each cause named first where its evidence is, and nothing named where there
+is none. The same causes on real clusters: tests/integration/test_causes.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+from groupscope.serve.alerting.causes import (
+    Change,
+    Evidence,
+    GroupPoint,
+    Member,
+    PartitionPoint,
+    Totals,
+    rank,
+)
+from groupscope.serve.alerting.incidents import Incident
+from groupscope.serve.alerting.notify import cause_lines, single
+
+T0 = datetime(2026, 11, 24, 10, 0, 0, tzinfo=UTC)
+EVERY = timedelta(seconds=15)
+ALICE = Member("m-alice", "orders-svc-1", "/10.0.0.1")
+BOB = Member("m-bob", "orders-svc-2", "/10.0.0.2")
+
+
+def ts(i: int) -> datetime:
+    return T0 + i * EVERY
+
+
+# A partition's history: snapshot i -> (member, committed, high watermark).
+History = Callable[[int], tuple[str | None, int, int]]
+
+
+def evidence(snapshots: int, partitions: dict[tuple[str, int], History], *,
+             listed: Sequence[Member] = (ALICE,), members_at: Callable[[int], int] = lambda i: 1,
+             changes: Sequence[Change] = (), coordinator: Callable[[int], int] = lambda i: 1,
+             complete: Callable[[int], bool] = lambda i: True, generations: int = 1,
+             state: Callable[[int], str] | None = None,
+             unreconciled: dict[str, tuple[int, int]] | None = None) -> Evidence:
+    points, parts, totals = [], [], []
+    for i in range(snapshots):
+        produced = committed = lag = 0
+        for (topic, partition), history in partitions.items():
+            member, offset, hw = history(i)
+            parts.append(PartitionPoint(ts(i), topic, partition, member, offset, hw - offset))
+            produced, committed, lag = produced + hw, committed + offset, lag + hw - offset
+        totals.append(Totals(ts(i), produced, committed, lag))
+        now = state(i) if state else "Stable" if members_at(i) else "Empty"
+        points.append(GroupPoint(ts(i), now, members_at(i),
+                                 coordinator(i), True, complete(i),
+                                 None if complete(i) else "ListGroups on broker 2 timed out"))
+    return Evidence(ts(snapshots - 1), EVERY, points, changes, {m.member_id: m for m in listed},
+                    totals, parts, generations, T0, unreconciled or {})
+
+
+def steady(member: str | None = "m-alice", produce: int = 100, consume: int = 100,
+           stop_at: int | None = None) -> History:
+    """Produced ``produce`` a snapshot; committed ``consume`` a snapshot until ``stop_at``."""
+    def at(i: int) -> tuple[str | None, int, int]:
+        done = i if stop_at is None else min(i, stop_at)
+        return member, 1000 + done * consume, 1000 + i * produce + 5
+    return at
+
+
+def kinds(found: Sequence[object]) -> list[str]:
+    return [c.kind for c in found]  # type: ignore[attr-defined]
+
+
+def test_a_killed_member_still_listed_is_named_alone_on_a_quiet_cluster() -> None:
+    # kill -9 at snapshot 16: no commit since, the member still listed (its session lives on)
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=16)}), "group_status_err")
+    assert kinds(found) == ["members_silent"]
+    assert found[0].evidence.startswith(
+        "member m-alice (client orders-svc-1, host /10.0.0.1) still listed")
+    assert "not committed since 10:04:00" in found[0].evidence
+
+
+def test_the_same_member_once_expired_is_a_crash_not_a_leave() -> None:
+    gone = Change("left", ts(19), ts(18), ALICE)
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=16)}, listed=(),
+                          members_at=lambda i: 1 if i < 19 else 0, changes=[gone]),
+                 "group_status_err")
+    assert kinds(found)[0] == "member_crashed"
+    assert "stayed listed until the coordinator removed it by 10:04:45, 45 s later" in \
+        found[0].evidence
+    assert "no LeaveGroup" in found[0].evidence
+
+
+def test_a_member_that_committed_until_it_left_left_cleanly() -> None:
+    gone = Change("left", ts(19), ts(18), ALICE)
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=18)}, listed=(),
+                          members_at=lambda i: 1 if i < 19 else 0, changes=[gone]),
+                 "group_empty_lag_growing")
+    assert kinds(found) == ["member_left"]
+    assert "committed up to 10:04:30 and was gone at 10:04:45: a LeaveGroup" in \
+        found[0].evidence
+
+
+def test_one_frozen_partition_among_advancing_ones_is_a_poison_record() -> None:
+    history = {("orders", 0): steady(stop_at=10), ("orders", 1): steady(),
+               ("orders", 2): steady()}
+    for condition in ("group_status_err", "lag_records"):
+        found = rank(evidence(20, history), condition)
+        assert kinds(found)[0] == "stuck_on_record", (condition, found)
+    assert "orders[0] has stayed at offset 2000 since 10:02:30" in found[0].evidence
+    assert "while the other 2 partitions of member m-alice (client orders-svc-1, host " \
+        "/10.0.0.1) advance" in found[0].evidence
+
+
+def test_ten_times_the_production_with_steady_consumption_is_a_surge() -> None:
+    def surging(i: int) -> tuple[str | None, int, int]:
+        hw = 1000 + i * 100 if i <= 14 else 1000 + 1400 + (i - 14) * 1000
+        return "m-alice", 1000 + i * 100, hw
+    found = rank(evidence(20, {("orders", 0): surging}), "lag_records")
+    assert kinds(found)[0] == "producer_surge", found
+    assert "production up 10.0x since 10:03:30" in found[0].evidence
+    assert "consumption holds at 400/min" in found[0].evidence
+    assert "consumer_slower" not in kinds(found)  # the surge explains it
+
+
+def test_a_consumer_slower_than_steady_production_is_named() -> None:
+    found = rank(evidence(20, {("orders", 0): steady(produce=100, consume=60)}), "lag_seconds")
+    assert kinds(found) == ["consumer_slower"], found
+    assert "consuming 240/min against 400/min produced" in found[0].evidence
+
+
+def test_a_coordinator_move_and_a_partial_snapshot_explain_a_stall() -> None:
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=17)}, listed=(),
+                          coordinator=lambda i: 2 if i < 17 else 1,
+                          complete=lambda i: i != 16),
+                 "group_status_err")
+    assert kinds(found)[:2] == ["coordinator_moved", "broker_unreachable"], found
+    assert "from broker 2 to broker 1 at 10:04:15" in found[0].evidence
+    assert "ListGroups on broker 2 timed out" in found[1].evidence
+
+
+def test_a_rewind_while_the_group_was_empty_is_an_offset_reset() -> None:
+    def reset(i: int) -> tuple[str | None, int, int]:
+        return None, (5000 if i < 12 else 100), 5000
+    found = rank(evidence(20, {("orders", 0): reset}, listed=(), members_at=lambda i: 0),
+                 "partition_rewind")
+    assert kinds(found) == ["rewind"]
+    assert "orders[0] from 5000 to 100 at 10:03:00, while the group had no member: an " \
+           "offset reset" in found[0].evidence
+
+
+def test_a_storm_names_who_joins_and_leaves() -> None:
+    flapper = Member("m-flap", "flapper", "/10.0.0.9")
+    churn = [Change(kind, ts(i), ts(i - 1), flapper) for i in range(2, 20, 2)
+             for kind in ("joined", "left")]
+    found = rank(evidence(20, {("orders", 0): steady()}, changes=churn, generations=18),
+                 "rebalances_per_hour")
+    assert kinds(found) == ["members_churning"]
+    assert "flapper (/10.0.0.9) joined 9x, left 9x" in found[0].evidence, found
+    # The same storm explains a stalled group too.
+    stalled = rank(evidence(20, {("orders", 0): steady(stop_at=15)}, changes=churn,
+                            generations=18), "group_status_err")
+    assert "rebalance_storm" in kinds(stalled)
+
+
+def test_no_evidence_names_nothing_and_the_message_says_so() -> None:
+    healthy = evidence(20, {("orders", 0): steady()})
+    assert rank(healthy, "lag_records") == []
+    assert rank(healthy, "collector_stale") == []  # not a group condition: never explained
+    incident = Incident("i1", "fp", "lag_records_high", "warning", "prod", "orders", "", "firing",
+                        T0, T0, T0, 200_000.0, 100_000.0,
+                        {"condition": "lag_records", "causes": [], "lag": 200_000,
+                         "member_count": 1, "state": "Stable"})
+    assert cause_lines(incident) == [
+        "Likely cause: none known (no member crashed or left, no stuck record, rebalance "
+        "storm, coordinator move, producer surge, slow consumer or rewind in the group's last "
+        "hour)."]
+
+
+def test_the_message_names_the_likeliest_cause_first_then_the_others() -> None:
+    history = {("orders", 0): steady(stop_at=10), ("orders", 1): steady(),
+               ("orders", 2): steady()}
+    found = [c.as_dict() for c in rank(evidence(20, history, coordinator=lambda i: 2 if i < 18
+                                                else 1), "group_status_err")]
+    incident = Incident("i1", "fp", "group_err", "critical", "prod", "orders", "", "firing",
+                        T0, T0, T0, 1.0, 0.0,
+                        {"condition": "group_status_err", "causes": found, "stall_partitions": 1,
+                         "stop_partitions": 0, "partitions": 3, "member_count": 1,
+                         "state": "Stable", "lag": 905})
+    from groupscope.serve.alerting.incidents import Undelivered
+    text = single(Undelivered(incident, "firing", "webhook", 0, T0, None, None),
+                  "http://grafana").text
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("Likely cause:"))
+    assert lines[first].startswith("Likely cause: stuck on a record: orders[0] has stayed at "
+                                   "offset 2000"), text
+    assert lines[first + 1].startswith("Also possible: the group's coordinator moved: from "
+                                       "broker 2 to broker 1"), text
+
+
+def test_a_stuck_rebalance_names_the_member_that_stopped_polling_before_it() -> None:
+    # alice stops committing at 10 (its poll loop is blocked, its heartbeats go on); a
+    # rebalance begins at 14 and waits for her; bob committed until the rebalance.
+    history = {("orders", 0): steady("m-alice", stop_at=10),
+               ("orders", 1): steady("m-bob", stop_at=14)}
+    found = rank(evidence(20, history, listed=(ALICE, BOB), members_at=lambda i: 2,
+                          state=lambda i: "Stable" if i < 14 else "PreparingRebalance"),
+                 "rebalance_stuck")
+    assert kinds(found)[0] == "rebalance_waits", found
+    assert found[0].evidence.startswith(
+        "member m-alice (client orders-svc-1, host /10.0.0.1) stopped committing at 10:02:30, "
+        "before the rebalance began (10:03:30)"), found[0].evidence
+    assert "m-bob" not in found[0].evidence
+
+
+def test_a_consumer_group_reconciling_names_who_has_not_reconciled() -> None:
+    found = rank(evidence(20, {("orders", 0): steady()}, listed=(ALICE, BOB),
+                          state=lambda i: "Stable" if i < 15 else "Reconciling",
+                          unreconciled={"m-bob": (2, 1)}),
+                 "rebalance_stuck")
+    assert kinds(found) == ["rebalance_waits"], found
+    assert "member m-bob (client orders-svc-2, host /10.0.0.2) holds 2 partitions, its target " \
+        "1" in found[0].evidence
+    # Stable again: nothing is waited for.
+    assert rank(evidence(20, {("orders", 0): steady()}), "rebalance_stuck") == []
