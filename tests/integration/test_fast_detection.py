@@ -209,7 +209,9 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
             for process in processes:
                 _assigned(process)
         wait_until(lambda: all(t.consumed for t in threads.values()), 60, "the threads' records")
-        loop.run(3)  # a steady rhythm: an advance at each of these snapshots and the next
+        # A steady rhythm (the status rules' steady_points, 3): an advance at each of these
+        # snapshots after the first, whatever the phase of the last commit against the kill.
+        loop.run(4)
         assert webhook.texts == []
 
         killed_at, killed_ts = time.monotonic(), datetime.now(UTC)
@@ -283,7 +285,8 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
         assert texts[("storm", "firing")]["causes"][0]["kind"] == "members_churning", \
             texts[("storm", "firing")]["causes"]
         single_text = next(t for t in webhook.texts if "group single:" in t)
-        assert "Likely cause: member stopped committing (crashed or hung): " in single_text
+        # (its own message, or a line of one that groups it with trio-all's)
+        assert "Likely cause: member stopped committing (crashed or hung)" in single_text
         with warehouse_engine.connect() as conn:
             first_stop = dict(conn.execute(text(
                 "SELECT DISTINCT ON (s.group_id) s.group_id, g.member_count FROM "

@@ -7,9 +7,9 @@ and snapshot completeness from ``raw``, its partitions' commits, high watermarks
 ``mart.partition_lag``, its generations from ``raw.group_generations``); ``rank`` is a pure
 function of that evidence and the condition the alert is about. The causes it knows:
 
-- ``members_silent``: members still listed whose partitions stopped committing while records
-  wait (crashed or hung: a crashed member is removed when its session times out, a hung one
-  when ``max.poll.interval.ms`` passes);
+- ``members_silent``: members still listed whose partitions stopped committing (no advance
+  for a snapshot interval) while records wait: crashed or hung (a crashed member is removed
+  when its session times out, a hung one when ``max.poll.interval.ms`` passes);
 - ``member_crashed``: a member that stopped committing and stayed listed until the coordinator
   removed it (session expiry: no LeaveGroup);
 - ``member_left``: a member that committed up to its last listing and was gone at the next
@@ -342,15 +342,16 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
 def _silent_members(evidence: Evidence,
                     progress: Mapping[tuple[str, int], list[PartitionPoint]]
                     ) -> list[tuple[Member, datetime]]:
-    """Members listed at ``at`` whose partitions all wait and none advanced for two snapshot
-    intervals."""
+    """Members listed at ``at`` whose partitions all wait and none advanced at ``at`` nor at
+    the snapshot before (the alert itself says the group's progress stopped; this says
+    whose)."""
     out = []
     for member in evidence.listed.values():
         keys = _member_partitions(evidence, member.member_id, evidence.at)
         if not keys or not _waiting(evidence, keys, evidence.at):
             continue
         last = _silence(evidence, progress, keys, evidence.at)
-        if isinstance(last, datetime) and evidence.at - last >= 2 * evidence.interval:
+        if isinstance(last, datetime) and evidence.at - last >= evidence.interval:
             out.append((member, last))
     return out
 
