@@ -9,7 +9,9 @@ interleaved; medians are reported.
 
 - groupscope in a child process (its peak RSS its own): ``take_snapshot`` timed, then
   ``land_snapshot`` (the Parquet landing with the assignment what-if, as the snapshot DAG's
-  collect task does) timed; once per ``--connections`` value (OffsetFetch connections);
+  collect task does) timed, then ``take_snapshot_isolated`` (the snapshot in a child process
+  of its own, as ``pipeline.collect`` takes it) timed; once per ``--connections`` value
+  (OffsetFetch connections);
 - the ``groupscope snapshot --format json`` CLI end to end (interpreter start, imports,
   snapshot, JSON to a pipe);
 - Kafka's ``ConsumerGroupCommand --describe --all-groups`` (JVM start included).
@@ -52,6 +54,7 @@ import json, resource, sys, tempfile, time
 from datetime import UTC, datetime
 from pathlib import Path
 from groupscope.collect.collector import CollectorSettings, take_snapshot
+from groupscope.collect.isolated import take_snapshot_isolated
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.contract.model import Snapshot
 from groupscope.pipeline import land_snapshot
@@ -72,11 +75,18 @@ snapshot_s = time.perf_counter() - started
 with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
     land_snapshot(snapshot, Path(landing))
 total_s = time.perf_counter() - started
+# The same snapshot as pipeline.collect takes it: in a child process (collect/isolated.py).
+started = time.perf_counter()
+isolated = take_snapshot_isolated(cluster, settings.request_timeout_s, datetime.now(UTC),
+                                  settings=settings)
+isolated_s = time.perf_counter() - started
 print(json.dumps({
     "seconds": snapshot_s,
     "landing_seconds": total_s - snapshot_s,
     "with_landing_seconds": total_s,
     "landing_imports_seconds": imports_s,
+    "isolated_seconds": isolated_s,
+    "isolated_groups": len(isolated.groups),
     "groups": len(snapshot.groups),
     "offsets": sum(len(g.offsets) for g in snapshot.groups),
     "complete": snapshot.complete,
@@ -272,6 +282,8 @@ def report_step(step: dict[str, object], runs: int) -> None:
         label = f"{first['settings']}".replace("'", "")
         print(row(f"groupscope snapshot {label}", results))
         print(row(f"  + landing (Parquet, what-if) {label}", results, "with_landing_seconds"))
+        print(row(f"  in its child process, as pipeline.collect takes it {label}", results,
+                  "isolated_seconds"))
     print(row("groupscope snapshot CLI, end to end (JSON to a pipe)", cli))
     if theirs:
         print(row("kafka-consumer-groups --describe --all-groups", theirs))
