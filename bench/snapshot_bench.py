@@ -9,8 +9,8 @@ interleaved; medians are reported.
 
 - groupscope in a child process (its peak RSS its own): ``take_snapshot`` timed, then
   ``land_snapshot`` (the Parquet landing with the assignment what-if, as the snapshot DAG's
-  collect task does) timed, then ``take_snapshot_isolated`` (the snapshot in a child process
-  of its own, as ``pipeline.collect`` takes it) timed; once per ``--connections`` value
+  collect task does) timed, then ``pipeline.collect`` (both again, as the collect task takes
+  them: in a child process of their own) timed; once per ``--connections`` value
   (OffsetFetch connections);
 - the ``groupscope snapshot --format json`` CLI end to end (interpreter start, imports,
   snapshot, JSON to a pipe);
@@ -54,10 +54,9 @@ import json, resource, sys, tempfile, time
 from datetime import UTC, datetime
 from pathlib import Path
 from groupscope.collect.collector import CollectorSettings, take_snapshot
-from groupscope.collect.isolated import take_snapshot_isolated
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.contract.model import Snapshot
-from groupscope.pipeline import land_snapshot
+from groupscope.pipeline import collect, land_snapshot
 bootstrap, concurrency, connections = sys.argv[1], sys.argv[2], sys.argv[3]
 # What landing imports on first use (pyarrow's pandas among them) is a once-per-process
 # cost, the same at every scale: paid here, reported apart, not in the landing's time.
@@ -75,10 +74,12 @@ snapshot_s = time.perf_counter() - started
 with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
     land_snapshot(snapshot, Path(landing))
 total_s = time.perf_counter() - started
-# The same snapshot as pipeline.collect takes it: in a child process (collect/isolated.py).
+# The same snapshot and landing as the collect task takes them: pipeline.collect, both in a
+# child process of its own (collect/isolated.py), only the summary coming back.
 started = time.perf_counter()
-isolated = take_snapshot_isolated(cluster, settings.request_timeout_s, datetime.now(UTC),
-                                  settings=settings)
+with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
+    isolated = collect(cluster, Path(landing), datetime.now(UTC), settings.request_timeout_s,
+                       settings.offset_fetch_connections)
 isolated_s = time.perf_counter() - started
 print(json.dumps({
     "seconds": snapshot_s,
@@ -86,7 +87,7 @@ print(json.dumps({
     "with_landing_seconds": total_s,
     "landing_imports_seconds": imports_s,
     "isolated_seconds": isolated_s,
-    "isolated_groups": len(isolated.groups),
+    "isolated_groups": isolated["groups"],
     "groups": len(snapshot.groups),
     "offsets": sum(len(g.offsets) for g in snapshot.groups),
     "complete": snapshot.complete,
@@ -282,8 +283,8 @@ def report_step(step: dict[str, object], runs: int) -> None:
         label = f"{first['settings']}".replace("'", "")
         print(row(f"groupscope snapshot {label}", results))
         print(row(f"  + landing (Parquet, what-if) {label}", results, "with_landing_seconds"))
-        print(row(f"  in its child process, as pipeline.collect takes it {label}", results,
-                  "isolated_seconds"))
+        print(row(f"  snapshot + landing in a child process (pipeline.collect) {label}",
+                  results, "isolated_seconds"))
     print(row("groupscope snapshot CLI, end to end (JSON to a pipe)", cli))
     if theirs:
         print(row("kafka-consumer-groups --describe --all-groups", theirs))

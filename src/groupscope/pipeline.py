@@ -71,17 +71,30 @@ def land_snapshot(snapshot: Snapshot, landing: Path) -> LandedSnapshot:
 
 def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
             timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
-    """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe)."""
-    from groupscope.collect.collector import CollectorSettings
-    from groupscope.collect.isolated import take_snapshot_isolated
+    """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe).
+    Both run in a child process: librdkafka can crash on a coordinator that moves
+    (``collect.isolated``); a crash is tried again once, then is a failure of this stage."""
+    from groupscope.collect.isolated import budget_for, run_isolated
+
+    try:
+        summary: dict[str, Any] = run_isolated(
+            "groupscope.pipeline:collect_here",
+            (cluster, landing, snapshot_ts, timeout_s, offset_fetch_connections),
+            f"snapshot of cluster {cluster.name!r}", budget_s=budget_for(timeout_s))
+    except (ConfigError, ClusterUnavailable) as exc:
+        raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
+    return summary
+
+
+def collect_here(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
+                 timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
+    """``collect`` in this process (what its child runs). Raises ConfigError or
+    ClusterUnavailable."""
+    from groupscope.collect.collector import CollectorSettings, take_snapshot
 
     settings = CollectorSettings(request_timeout_s=timeout_s,
                                  offset_fetch_connections=offset_fetch_connections)
-    try:
-        # In a child process: librdkafka can crash on a coordinator that moves (isolated.py).
-        snapshot = take_snapshot_isolated(cluster, timeout_s, snapshot_ts, settings=settings)
-    except (ConfigError, ClusterUnavailable) as exc:
-        raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
+    snapshot = take_snapshot(cluster, timeout_s, snapshot_ts, settings=settings)
     landed = land_snapshot(snapshot, landing)
     summary = {
         "cluster": cluster.name, "snapshot_id": landed.snapshot_id,

@@ -39,7 +39,7 @@ import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -215,7 +215,8 @@ def rank(evidence: Evidence, condition: str) -> list[Cause]:
 
 
 def _clock(ts: datetime) -> str:
-    return ts.strftime("%H:%M:%S")
+    """A time as the rest of a notification says it: UTC, marked."""
+    return ts.astimezone(UTC).strftime("%H:%M:%SZ")
 
 
 def _names(members: Sequence[Member]) -> str:
@@ -326,7 +327,7 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
             "member_left", "member left the group",
             f"{_names([m for m, _ in unclear])} left by {_clock(newest)} (whether cleanly or"
             " by a crash cannot be told: no records were waiting on its partitions)", newest))
-    silent_now = _silent_members(evidence, progress)
+    silent_now = _silent_members(evidence, progress, family)
     if silent_now:
         since = min(s for _, s in silent_now)
         found.append((
@@ -340,18 +341,20 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
 
 
 def _silent_members(evidence: Evidence,
-                    progress: Mapping[tuple[str, int], list[PartitionPoint]]
+                    progress: Mapping[tuple[str, int], list[PartitionPoint]], family: str
                     ) -> list[tuple[Member, datetime]]:
-    """Members listed at ``at`` whose partitions all wait and none advanced at ``at`` nor at
-    the snapshot before (the alert itself says the group's progress stopped; this says
-    whose)."""
+    """Members listed at ``at`` with records waiting on their partitions, none of which has
+    advanced for a snapshot interval (for a STOP or STALL, which already says the group's
+    progress stopped: this says whose) or for two (for other alerts, so that a member that
+    commits less often than the snapshots are taken is not called silent)."""
     out = []
     for member in evidence.listed.values():
         keys = _member_partitions(evidence, member.member_id, evidence.at)
         if not keys or not _waiting(evidence, keys, evidence.at):
             continue
         last = _silence(evidence, progress, keys, evidence.at)
-        if isinstance(last, datetime) and evidence.at - last >= evidence.interval:
+        intervals = 1 if family in ("err", "stop") else 2
+        if isinstance(last, datetime) and evidence.at - last >= intervals * evidence.interval:
             out.append((member, last))
     return out
 
@@ -376,8 +379,11 @@ def _stuck(evidence: Evidence) -> list[Found]:
             frozen_since = last[key] or points[0].ts
             if evidence.at - frozen_since < 3 * evidence.interval:
                 continue
-            others = [k for k in keys if k != key and last[k] is not None
-                      and last[k] > frozen_since]  # type: ignore[operator]
+            # ... while they still advance (a member that hangs stopped them all, one by
+            # one as their last commits came: that is a silent member, not a poison record).
+            others = [k for k in keys if k != key and (advanced := last[k]) is not None
+                      and advanced > frozen_since
+                      and evidence.at - advanced <= 1.5 * evidence.interval]
             if not others:
                 continue
             member = evidence.listed.get(member_id)
@@ -524,11 +530,12 @@ def _surge_start(totals: Sequence[Totals], baseline: float) -> datetime:
 
 
 def _growth_start(totals: Sequence[Totals]) -> datetime:
-    """Where the newest run of a growing lag began (a dip of one interval does not end it)."""
+    """Where the newest run of a growing lag began (one interval of a flat or shrinking lag
+    does not end it, a second does)."""
     start = totals[-1].ts
     dips = 0
     for before, now in reversed(list(itertools.pairwise(totals))):
-        if now.lag < before.lag:
+        if now.lag <= before.lag:  # a flat interval is no growth either
             dips += 1
             if dips > 1:
                 break
@@ -663,9 +670,14 @@ SELECT member_id, client_id, host, instance_id FROM raw.group_members
 WHERE cluster = :cluster AND snapshot_ts = :at AND group_id = :group_id
 """)
 
+_WIDTH = text("""
+SELECT count(*) FROM mart.partition_lag
+WHERE cluster = :cluster AND group_id = :group_id AND snapshot_ts = :at
+""")
+
 _TOTALS = text("""
 SELECT snapshot_ts, sum(high_watermark) AS produced, sum(committed_offset) AS committed,
-       sum(greatest(lag, 0)) AS lag, count(*) AS partitions
+       sum(greatest(lag, 0)) AS lag
 FROM mart.partition_lag
 WHERE cluster = :cluster AND group_id = :group_id AND snapshot_ts > :since
   AND snapshot_ts <= :at
@@ -697,7 +709,8 @@ WHERE cluster = :cluster AND group_id = :group_id AND event_ts > :since AND even
 def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: timedelta,
                   lookback: timedelta = LOOKBACK) -> Evidence:
     """The group's history from ``at - lookback`` to ``at`` (the judged snapshot)."""
-    params = {"cluster": cluster, "group_id": group_id, "at": at, "since": at - lookback}
+    params: dict[str, Any] = {"cluster": cluster, "group_id": group_id, "at": at,
+                              "since": at - lookback}
     points = [GroupPoint(r.snapshot_ts, r.state, int(r.member_count), r.coordinator_id,
                          bool(r.described), bool(r.complete), r.error)
               for r in conn.execute(_POINTS, params)]
@@ -706,13 +719,14 @@ def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: t
                for r in conn.execute(_CHANGES, params)]
     listed = {r.member_id: Member(r.member_id, r.client_id, r.host, r.instance_id)
               for r in conn.execute(_LISTED, params)}
-    rows = conn.execute(_TOTALS, params).all()
-    totals = [Totals(r.snapshot_ts, int(r.produced or 0), int(r.committed or 0),
-                     int(r.lag or 0)) for r in rows]
     # A large group reads its partitions over fewer snapshots: the evaluation stays bounded.
-    width = max((int(r.partitions) for r in rows), default=0)
-    keep = max(MAX_PARTITION_ROWS // max(width, 1), 4)
-    since = totals[-keep].ts if len(totals) > keep else params["since"]
+    width = int(conn.execute(_WIDTH, params).scalar_one())
+    keep = max(MAX_PARTITION_ROWS // max(width, 1), RECENT_INTERVALS + 4)
+    spacing = Evidence(at, every, points).interval
+    since: datetime = max(at - lookback, at - keep * spacing)
+    totals = [Totals(r.snapshot_ts, int(r.produced or 0), int(r.committed or 0),
+                     int(r.lag or 0))
+              for r in conn.execute(_TOTALS, {**params, "since": since})]
     partitions = [PartitionPoint(r.snapshot_ts, r.topic, int(r.partition), r.member_id,
                                  r.committed_offset, r.lag)
                   for r in conn.execute(_PARTITIONS, {**params, "since": since})]

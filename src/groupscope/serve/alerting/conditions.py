@@ -34,6 +34,7 @@ that is invalid.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,8 @@ from typing import Any
 from sqlalchemy import text
 
 from groupscope.serve.alerting import causes
+
+log = logging.getLogger(__name__)
 
 # The condition kinds, by subject.
 GROUP_CONDITIONS = (
@@ -318,9 +321,20 @@ def _explained(conn: Any, cluster: str, observations: list[Observation],
                                            "trouble at once; see the group's dashboard",
                                            "since": None}]
             continue
-        evidence = causes.read_evidence(conn, cluster, group_id, at, every)
-        for kind in kinds:
-            ranked[group_id, kind] = [c.as_dict() for c in causes.rank(evidence, kind)]
+        try:
+            # The causes are the message's detail: a query that fails (or times out) or a bug
+            # in the ranking must not stop the evaluation, which pages on the values alone.
+            with conn.begin_nested():
+                evidence = causes.read_evidence(conn, cluster, group_id, at, every)
+            for kind in kinds:
+                ranked[group_id, kind] = [c.as_dict() for c in causes.rank(evidence, kind)]
+        except Exception as exc:
+            log.warning("the causes of group %r of cluster %s could not be read: %s",
+                        group_id, cluster, exc, exc_info=True)
+            for kind in kinds:
+                ranked[group_id, kind] = [{"kind": "not_read", "title": "causes not read",
+                                           "evidence": f"reading them failed: {exc!s:.200}",
+                                           "since": None}]
     return [replace(o, details={**o.details, "causes": ranked[o.group_id, o.condition]})
             if (o.group_id, o.condition) in ranked else o for o in observations]
 
