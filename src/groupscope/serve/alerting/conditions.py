@@ -88,13 +88,21 @@ def unknown(condition: str, cluster: str, group_id: str, why: str,
 # newest status snapshot: defined once, in the view (the exported Grafana rules read it too).
 _GROUPS = text("SELECT * FROM serve.group_conditions WHERE cluster = :cluster")
 
-# Since when the group's committed offsets have not moved (the oldest snapshot, in the last
-# `horizon`, at which every partition already had its current committed offset), and since
-# when it has had no member: what a stopped group's message says.
+# Since when the group's stopped or stalled partitions have not moved (the oldest snapshot,
+# in the last `horizon`, at which each of them already had its current committed offset; every
+# partition when none is STOP or STALL), and since when it has had no member: what a stopped
+# group's message says. (Over every partition, a STALL of one partition among advancing
+# ones would read "not moved for 0 s".)
 _STOPPED_SINCE = text("""
-WITH now AS (
-    SELECT topic, partition, committed_offset FROM raw.committed_offsets
+WITH stuck AS (
+    SELECT topic, partition FROM mart.partition_status
     WHERE cluster = :cluster AND group_id = :group_id AND snapshot_ts = :at
+      AND status IN ('STOP', 'STALL')
+), now AS (
+    SELECT c.topic, c.partition, c.committed_offset FROM raw.committed_offsets c
+    WHERE c.cluster = :cluster AND c.group_id = :group_id AND c.snapshot_ts = :at
+      AND ((c.topic, c.partition) IN (SELECT topic, partition FROM stuck)
+           OR NOT EXISTS (SELECT 1 FROM stuck))
 ), moved AS (
     SELECT max(c.snapshot_ts) AS ts FROM raw.committed_offsets c
     JOIN now USING (topic, partition)
