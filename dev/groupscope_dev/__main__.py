@@ -588,7 +588,7 @@ class _StatusPrinter:
             held = [i for i in open_now if i.details.get(incidents.INHIBITED)]
             # Each with its likeliest cause, in group terms ("member crashed").
             named = sorted({f"{i.group_id or i.cluster} {headline(i)}"
-                            + (f" ({cause})" if (cause := top_cause(i)) else "")
+                            + (f": {cause}" if (cause := top_cause(i)) else "")
                             for i in firing})
             parts.append(f"warehouse: {loaded} snapshots")
             parts.append(f"alerts: {len(firing)} firing"
