@@ -1,6 +1,6 @@
 """The probable causes of a group's alert (``groupscope.serve.alerting.causes.rank``), on tiny
 inline histories: each cause named first where its evidence is, and nothing named where there
-is none. The same causes on real clusters: tests/integration/test_causes.py."""
+is none. The same causes on real clusters: tests/integration/test_alert_causes.py."""
 
 from __future__ import annotations
 
