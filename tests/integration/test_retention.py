@@ -8,6 +8,7 @@ session warehouse is shared."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -301,13 +302,22 @@ def _dashboard_queries() -> list[tuple[str, str, str]]:
     return found
 
 
+def _views_created_after_0009() -> set[str]:
+    """The views a warehouse at 0009 does not have yet: panels over them have nothing to keep."""
+    return {name for m in warehouse.migrations() if m.version > 9
+            for name in re.findall(r"CREATE (?:OR REPLACE )?VIEW (\w+\.\w+)", m.sql)}
+
+
 def _dashboard_results(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[Any, ...]]]:
     from groupscope.serve.grafana.macros import expand
 
     variables = {"cluster": "c", "group": "g1", "topic": ["orders"]}
+    later_views = _views_created_after_0009()
     out = {}
     for uid, title, sql in _dashboard_queries():
         if any(c in sql for c in CLOCK_COLUMNS | {"now()", "collector_stale"}):
+            continue
+        if any(re.search(rf"\b{re.escape(view)}\b", sql) for view in later_views):
             continue
         query = expand(sql, time_from=datetime(2024, 1, 1, tzinfo=UTC),
                        time_to=datetime(2024, 1, 3, tzinfo=UTC),
@@ -354,5 +364,10 @@ def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
     # The reader still reads every view (their privileges came back with them).
     with psycopg.connect(reader_url, autocommit=True) as reader:
         views_after = _serve_views(reader)
+        # Conditions that later migrations add (rebalance_stuck in 0015) are new rows, not
+        # changed ones: the rows of every condition the warehouse had are kept as they were.
+        conditions_before = {dict(r)["condition"] for r in views_before["alert_conditions"]}
+        views_after["alert_conditions"] = [r for r in views_after["alert_conditions"]
+                                           if dict(r)["condition"] in conditions_before]
         assert {v: views_after[v] for v in views_before} == views_before
         assert _dashboard_results(reader) == panels_before
