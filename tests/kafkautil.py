@@ -23,9 +23,11 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1,
+                 config: dict[str, str] | None = None) -> None:
     client = admin(bootstrap)  # must outlive its futures: a destroyed client fails them
-    futures = client.create_topics([NewTopic(name, partitions, replication)],
+    futures = client.create_topics([NewTopic(name, partitions, replication,
+                                             config=config or {})],
                                    operation_timeout=30)
     for future in futures.values():
         future.result()

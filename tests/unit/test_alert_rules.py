@@ -34,6 +34,7 @@ BUILTINS = {  # name: (condition, severity, threshold, for)
     "group_empty_lag_growing": ("group_empty_lag_growing", "critical", 0, timedelta(0)),
     "rebalance_storm": ("rebalances_per_hour", "warning", 10, timedelta(0)),
     "rebalance_stuck": ("rebalance_stuck", "critical", 90, timedelta(0)),
+    "data_loss_forecast": ("loss_forecast_s", "critical", 3600, timedelta(0)),
     "collector_stale": ("collector_stale", "critical", 3, timedelta(0)),
     "snapshot_incomplete": ("snapshot_incomplete", "critical", 3, timedelta(0)),
     "quality_gate_failed": ("quality_gate_failed", "critical", 0, timedelta(0)),

@@ -39,13 +39,22 @@ def log(ts: float, hw: int | None, start: int = 0, partition: int = 0) -> dict[s
             "log_start_offset": start, "high_watermark": hw, "last_stable_offset": hw}
 
 
+def topic(ts: float, retention_ms: int | None = 604_800_000,
+          cleanup_policy: str | None = "delete") -> dict[str, Any]:
+    return {"cluster": "c", "snapshot_ts": at(ts), "topic": "t", "partition_count": 1,
+            "retention_ms": retention_ms, "retention_bytes": -1, "segment_bytes": 1 << 30,
+            "cleanup_policy": cleanup_policy}
+
+
 def mart(spark: SparkSession, commits: list[dict[str, Any]], logs: list[dict[str, Any]],
          samples: list[dict[str, Any]] | None = None,
-         assignments: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+         assignments: list[dict[str, Any]] | None = None,
+         topics: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     result = L.lag_mart(frame(spark, "committed_offsets", commits),
                         frame(spark, "partition_offsets", logs),
                         frame(spark, "member_assignments", assignments or []),
-                        frame(spark, "record_timestamps", samples or []), rate_window_s=300)
+                        frame(spark, "record_timestamps", samples or []), rate_window_s=300,
+                        topics=None if topics is None else frame(spark, "topics", topics))
     return sorted((r.asDict() for r in result.collect()),
                   key=lambda r: (r["group_id"], r["partition"], r["snapshot_ts"]))
 
@@ -160,3 +169,66 @@ def test_rollups_of_partitions_whose_lag_is_unknown(spark: SparkSession) -> None
     assert (member["partitions"], member["lag"], member["max_lag"],
             member["negative_lag_partitions"], member["beyond_retention_partitions"]) == \
         (2, 0, None, 0, 0)
+
+
+def test_a_deleting_log_forecasts_the_loss_when_the_lag_eats_the_headroom(
+        spark: SparkSession) -> None:
+    # Production 10/s, consumption 4/s: the lag (300, 480, 660) grows 6/s over the last
+    # minute. The log deletes (its start moves), so its start follows production: at 60 s the
+    # committed offset (440) is 140 records ahead of it, lost in 140 / 6 s.
+    rows = mart(spark, [committed(0, 200), committed(30, 320), committed(60, 440)],
+                [log(0, 500, start=0), log(30, 800, start=150), log(60, 1100, start=300)],
+                topics=[topic(0), topic(30), topic(60)])
+    first, second, third = rows
+    assert first["loss_in_s"] is None  # one point: no growth, and the log start has not moved
+    assert second["lag_growth_rate"] == pytest.approx(6.0)
+    assert second["loss_in_s"] == pytest.approx(170 / 6) and second["loss_basis"] == "log_start"
+    assert third["loss_in_s"] == pytest.approx(140 / 6) and third["loss_basis"] == "log_start"
+
+
+def test_a_consumer_that_keeps_up_gets_no_forecast(spark: SparkSession) -> None:
+    # The same deleting log, consumed at 10/s: the lag does not grow, nothing is lost.
+    rows = mart(spark, [committed(0, 490), committed(30, 790), committed(60, 1090)],
+                [log(0, 500, start=0), log(30, 800, start=150), log(60, 1100, start=300)],
+                topics=[topic(0), topic(30), topic(60)])
+    assert [r["loss_in_s"] for r in rows] == [None, None, None]
+    assert rows[-1]["lag_growth_rate"] == pytest.approx(0.0)
+    # Keeping up, its lag swings by a commit interval's records: over the last minute it grew
+    # (10 -> 70), but over the five minutes it consumed 97% of production. No forecast.
+    swing = mart(spark, [committed(t, 10 * t + 490) for t in (0, 100, 200)]
+                 + [committed(230, 2730)],
+                 [log(t, 10 * t + 500, start=5 * t) for t in (0, 100, 200, 230)],
+                 topics=[topic(t) for t in (0, 100, 200, 230)])
+    assert swing[-1]["lag_growth_rate"] == pytest.approx(2.0)
+    assert swing[-1]["loss_in_s"] is None
+
+
+def test_retention_ms_bounds_the_loss_by_the_committed_records_age(spark: SparkSession) -> None:
+    # A log that does not delete yet, retention.ms 10 min. The group stopped at offset 100
+    # (appended at 10.1 s, when the high watermark, 0 -> 1000 over 0-100 s, reached 101), so
+    # at 100 s its record is 89.9 s old and grows 1 s a second: lost at the earliest in
+    # 600 - 89.9 = 510.1 s.
+    rows = mart(spark, [committed(0, 100), committed(100, 100)],
+                [log(0, 0), log(100, 1000)], topics=[topic(0, 600_000), topic(100, 600_000)])
+    last = rows[-1]
+    assert last["time_lag_estimated_s"] == pytest.approx(89.9)
+    assert last["loss_in_s"] == pytest.approx(510.1) and last["loss_basis"] == "retention_ms"
+    # Half as fast as production: the age (of offset 500: 49.9 s) grows half a second a
+    # second.
+    slower = mart(spark, [committed(0, 0), committed(100, 500)],
+                  [log(0, 0), log(100, 1000)], topics=[topic(0, 600_000), topic(100, 600_000)])
+    assert slower[-1]["loss_in_s"] == pytest.approx((600 - 49.9) / 0.5)
+
+
+def test_no_time_bound_for_a_compacted_topic_or_unknown_settings(spark: SparkSession) -> None:
+    commits, logs = [committed(0, 100), committed(100, 100)], [log(0, 0), log(100, 1000)]
+    compacted = mart(spark, commits, logs,
+                     topics=[topic(0, 600_000, "compact"), topic(100, 600_000, "compact")])
+    unread = mart(spark, commits, logs)  # no topics table: the settings were not read
+    assert compacted[-1]["loss_in_s"] is None and unread[-1]["loss_in_s"] is None
+
+
+def test_records_already_lost_forecast_zero(spark: SparkSession) -> None:
+    rows = mart(spark, [committed(0, 100)], [log(0, 1000, start=200)], topics=[topic(0)])
+    assert (rows[0]["lag_beyond_retention"], rows[0]["loss_in_s"], rows[0]["loss_basis"]) == (
+        True, 0.0, "lost")

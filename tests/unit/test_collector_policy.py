@@ -110,6 +110,17 @@ class ScriptedAdmin:
     def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Any]:
         return {tp: _done(SimpleNamespace(offset=10)) for tp in request}
 
+    # topic -> its DescribeConfigs error (else it answers the settings below)
+    config_errors: dict[str, int] = {}  # noqa: RUF012 (replaced per instance, never mutated)
+
+    def describe_configs(self, resources: list[Any], **_: Any) -> dict[Any, Any]:
+        self.calls["describe_configs"] += 1
+        entries = {"retention.ms": "604800000", "retention.bytes": "-1",
+                   "segment.bytes": "1073741824", "cleanup.policy": "compact, delete",
+                   "max.message.bytes": "1048588"}
+        return {r: _done({k: SimpleNamespace(name=k, value=v) for k, v in entries.items()},
+                         error=self.config_errors.get(r.name)) for r in resources}
+
 
 def _collect(admin: ScriptedAdmin, **settings: Any) -> Any:
     collector = Collector(admin, "c", CollectorSettings(**settings), sleep=lambda _: None)
@@ -279,3 +290,24 @@ def test_the_garbage_collector_runs_less_often_only_while_a_snapshot_runs() -> N
     with pytest.raises(ClusterUnavailable):
         _collect(ScriptedAdmin(1, metadata_error=KafkaError._TRANSPORT))
     assert gc.get_threshold() == before
+
+
+def test_each_touched_topics_retention_is_read_in_one_request() -> None:
+    admin = ScriptedAdmin(3)
+    snapshot = _collect(admin)
+    assert admin.calls["describe_configs"] == 1
+    (topic,) = snapshot.topics
+    assert (topic.topic, topic.retention_ms, topic.retention_bytes, topic.segment_bytes,
+            topic.cleanup_policy) == ("t", 604_800_000, -1, 1_073_741_824, "compact,delete")
+    assert snapshot.complete and snapshot.errors == ()
+
+
+def test_an_unreadable_retention_is_recorded_and_costs_no_completeness() -> None:
+    admin = ScriptedAdmin(2)
+    admin.config_errors = {"t": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    snapshot = _collect(admin)
+    (topic,) = snapshot.topics
+    assert (topic.partition_count, topic.retention_ms, topic.cleanup_policy) == (1, None, None)
+    assert [(e.stage.value, e.code, e.topic) for e in snapshot.errors] == [
+        ("topic_configs", "TOPIC_AUTHORIZATION_FAILED", "t")]
+    assert snapshot.complete

@@ -141,7 +141,9 @@ def test_every_rule_has_a_condition_its_query_and_expression_steps(
         assert kinds["reduce"]["reducer"] == "last" and kinds["reduce"]["expression"] == "A"
         assert steps[rule["condition"]]["model"]["type"] == "threshold"
         evaluator = kinds["threshold"]["conditions"][0]["evaluator"]
-        assert evaluator["type"] == "gt"
+        # A time left (the loss forecast) fires below its threshold, every other kind above.
+        below = grafana_rule.variant.rule.condition == "loss_forecast_s"
+        assert evaluator["type"] == ("lt" if below else "gt")
         assert evaluator["params"] == [grafana_rule.variant.threshold]
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         assert rule["labels"][RULE_LABEL] == grafana_rule.variant.rule.name

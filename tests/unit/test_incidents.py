@@ -479,3 +479,46 @@ def test_an_unknown_value_is_stored_as_null_never_nan(tmp_path: Path) -> None:
     [changed] = result.incidents
     stored = json.loads(_row(changed)["details"])
     assert stored["now"]["value"] is None and "NaN" not in _row(changed)["details"]
+
+
+def loss(group: str, seconds: float, **details: Any) -> Observation:
+    base = {"member_count": 2, "state": "Stable", "lag": 1200, "time_lag_s": 40.0,
+            "time_lag_exact": False, "snapshot_ts": T0.isoformat(), "loss_topic": "orders",
+            "loss_partition": 2, "loss_basis": "log_start", "loss_headroom": 540,
+            "loss_production_rate": 50.0, "loss_consumption_rate": 30.0,
+            "loss_growth_rate": 20.0,
+            "loss_retention_ms": 604_800_000, "loss_retention_bytes": 1_048_576}
+    return Observation("loss_forecast_s", "prod", group, seconds, {**base, **details})
+
+
+def test_a_time_left_fires_below_its_threshold_and_resolves_above_it(tmp_path: Path) -> None:
+    run = Run(rules(tmp_path, "keep_firing_for: 0s\n"))
+    assert run.at(0, loss("orders-etl", 604_800)) == []  # 7 days: no loss forecast
+    assert run.at(30, loss("orders-etl", 3600)) == []  # at the threshold: not below it
+    assert run.at(60, loss("orders-etl", 27)) == ["firing data_loss_forecast orders-etl"]
+    assert run.at(90, loss("orders-etl", 0, loss_basis="lost")) == []
+    assert run.at(120, loss("orders-etl", 604_800)) == ["resolved data_loss_forecast orders-etl"]
+
+
+def test_the_loss_forecast_names_the_partition_its_retention_the_rates_and_when() -> None:
+    incident = Incident(
+        incident_id="id", fingerprint="fp", rule="data_loss_forecast", severity="critical",
+        cluster="prod", group_id="orders-etl", topic="", state=FIRING, started_at=T0,
+        last_seen_at=T0, evaluated_at=T0, value=27.0, threshold=3600,
+        details={**loss("orders-etl", 27).details, "condition": "loss_forecast_s"},
+        runbook="", firing_at=T0)
+    [(message, _)] = messages([Undelivered(incident, "firing", "webhook", 0)], "")
+    lines = message.text.splitlines()
+    assert lines[0] == ("[FIRING] cluster prod, group orders-etl: DATA LOSS forecast in 27 s "
+                        "(retention deletes records it has not read).")
+    assert lines[1] == (
+        "orders[2]: the log deletes as fast as it grows and its start is 540 records behind "
+        "the committed offset; the lag grows by 20.0 records/s, so retention reaches unread "
+        "records in about 27 s at 12:00:27Z (retention.ms 7 d 0 h, retention.bytes 1 MiB); "
+        "production 50.0 records/s, consumption 30.0 records/s.")
+    by_age = replace(incident, details={**incident.details, "loss_basis": "retention_ms",
+                                        "loss_retention_bytes": -1})
+    [(message, _)] = messages([Undelivered(by_age, "firing", "webhook", 0)], "")
+    assert ("orders[2]: the record at its committed offset reaches the topic's retention.ms "
+            "in about 27 s at 12:00:27Z, when its segment may be deleted (retention.ms 7 d 0 h, "
+            "retention.bytes unlimited)") in message.text

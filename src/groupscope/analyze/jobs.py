@@ -89,7 +89,7 @@ PARTITION_LAG_COLUMNS = [
     "cluster", "snapshot_ts", "group_id", "topic", "partition", "member_id", "committed_offset",
     "log_start_offset", "high_watermark", "last_stable_offset", "lag", "lag_beyond_retention",
     "production_rate", "consumption_rate", "catch_up_s", "time_lag_estimated_s",
-    "time_lag_kind", "time_lag_exact_s",
+    "time_lag_kind", "time_lag_exact_s", "lag_growth_rate", "loss_in_s", "loss_basis",
 ]
 
 
@@ -113,7 +113,8 @@ def lag_frames(spark: Any, job: JobArgs, small: bool = False) -> list[tuple[str,
                    _table(spark, job, "member_assignments", start, end),
                    _table(spark, job, "record_timestamps", start, end),
                    rate_window_s=int(RATE_WINDOW.total_seconds()),
-                   history_s=TIME_LAG_HISTORY.total_seconds()).cache()
+                   history_s=TIME_LAG_HISTORY.total_seconds(),
+                   topics=_table(spark, job, "topics", start, end)).cache()
     in_interval = within(lag, job.interval.start, job.interval.end)
     statuses = within(partition_status(lag, _table(spark, job, "consumer_groups", start, end),
                                        StatusSettings()),

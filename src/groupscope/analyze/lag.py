@@ -28,6 +28,24 @@ partition's (high watermark, time) history in the same segment gives that moment
 Restarts of the collector only leave gaps between points; interpolation spans them.
 Time lag, exact (``time_lag_exact_s``): snapshot time minus the timestamp of the record at the
 committed offset, where the collector sampled it (raw ``record_timestamps``).
+
+Loss forecast (``loss_in_s``, ``loss_basis``): the seconds until retention deletes the record
+at the committed offset, at the current rates, null when none is forecast (the group keeps
+up); 0 once it is lost (``lag_beyond_retention``). The earlier of two bounds:
+
+- ``log_start``: the log deletes (its start moved in the history window), so its size is
+  steady and its start follows production: the committed offset is lost when the lag has
+  grown by the records between the log start and it, ``(committed - log start) /
+  lag_growth_rate``, the lag's growth since the previous snapshot (production minus
+  consumption as they are now: the rates' five minutes would answer a surge late), when over
+  the five minutes the group consumes less than ``KEEPS_UP`` (95%) of production. Size retention
+  (``retention.bytes``) is forecast this way, by the observed movement of the log start:
+  librdkafka has no DescribeLogDirs, so the log's bytes are not known before it deletes.
+- ``retention_ms``: the topic deletes by age (``cleanup.policy`` with ``delete``): the
+  committed record is lost once it is ``retention.ms`` old, at the earliest (Kafka deletes
+  whole segments, once their newest record is that old). Its age is the time lag, growing 1 s
+  a second when the group consumes nothing, ``1 - consumption / production`` when slower
+  (and, as above, behind over the five minutes).
 """
 
 from __future__ import annotations
@@ -40,6 +58,8 @@ from pyspark.sql import functions as F
 from groupscope.contract.status import TimeLagKind
 
 GROUP_PARTITION = ["cluster", "group_id", "topic", "partition"]
+# A group consuming at least this share of production keeps up: no loss is forecast for it.
+KEEPS_UP = 0.95
 LOG_PARTITION = ["cluster", "topic", "partition"]
 
 
@@ -190,6 +210,66 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
             .drop("_qid", "_appended", "segment"))
 
 
+def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: float = 3600.0,
+                       growth_window_s: float = 300.0) -> DataFrame:
+    """Adds lag_growth_rate, loss_in_s and loss_basis: when retention will delete the record
+    at the committed offset, at the current rates (see the module doc). ``topics``: the landed
+    topics table (retention settings per snapshot); None or a null setting drops the time
+    bound only."""
+    in_order = Window.partitionBy(*GROUP_PARTITION).orderBy("_us")
+    order = in_order.rangeBetween(-int(history_s * 1_000_000), 0)
+    frame = lag.withColumn("_us", F.unix_micros("snapshot_ts"))
+    # The lag's growth since the previous snapshot, not over the rates' 5 minutes, nor a
+    # minute: a surge or a slowdown moves the forecast at the first snapshot after it (over a
+    # minute, one 7 s after a surge read the growth at an eighth and forecast the loss 100 s
+    # late). Not across a gap in the snapshots longer than ``growth_window_s``.
+    elapsed = (F.col("_us") - F.lag("_us").over(in_order)) / F.lit(1_000_000.0)
+    frame = frame.withColumn("lag_growth_rate", F.when(
+        (elapsed > 0) & (elapsed <= growth_window_s),
+        (F.col("lag") - F.lag("lag").over(in_order)) / elapsed))
+    # The log deletes: its start moved in the history window. Its size is then steady, so its
+    # start follows the high watermark and the committed offset is lost once the lag has
+    # grown by the records between the two.
+    deleting = (F.col("log_start_offset")
+                > F.first("log_start_offset", ignorenulls=True).over(order))
+    if topics is None:
+        frame = (frame.withColumn("retention_ms", F.lit(None).cast("long"))
+                 .withColumn("cleanup_policy", F.lit(None).cast("string")))
+    else:
+        frame = frame.join(
+            topics.select("cluster", "snapshot_ts", "topic", "retention_ms", "cleanup_policy"),
+            ["cluster", "snapshot_ts", "topic"], "left")
+    production, consumption = F.col("production_rate"), F.col("consumption_rate")
+    headroom = F.col("committed_offset") - F.col("log_start_offset")
+    growth = F.col("lag_growth_rate")
+    # Falling behind over the rates' five minutes too: the lag of a group that keeps up
+    # swings by a commit interval's records, and on a log of minutes that swing alone would
+    # read as a loss within the hour.
+    behind = (consumption == 0) | (consumption < F.lit(KEEPS_UP) * production)
+    by_log_start = F.when(deleting & behind & (growth > 0) & (headroom >= 0),
+                          headroom / growth)
+    # retention.ms: the committed record is deleted once it is that old (at the earliest: its
+    # whole segment must be). Its age grows 1 s a second when the group consumes nothing, and
+    # by 1 - consumption/production when it consumes slower than production.
+    ageing = (F.when(consumption == 0, F.lit(1.0))
+              .when(production > 0, F.lit(1.0) - consumption / production))
+    age = F.coalesce(F.col("time_lag_exact_s"), F.col("time_lag_estimated_s"))
+    deletes_by_time = ((F.col("retention_ms") > 0)
+                       & F.coalesce(F.col("cleanup_policy").contains("delete"), F.lit(False)))
+    by_time = F.when(deletes_by_time & behind & (F.col("lag") > 0) & age.isNotNull()
+                     & (ageing > 0),
+                     F.greatest((F.col("retention_ms") / 1000.0 - age) / ageing, F.lit(0.0)))
+    frame = (frame.withColumn("_by_log_start", by_log_start).withColumn("_by_time", by_time))
+    lost = F.col("lag_beyond_retention")
+    first, second = F.col("_by_log_start"), F.col("_by_time")
+    loss = F.when(lost, F.lit(0.0)).otherwise(F.least(first, second))
+    basis = (F.when(lost, F.lit("lost"))
+             .when(first.isNotNull() & (second.isNull() | (first <= second)), F.lit("log_start"))
+             .when(second.isNotNull(), F.lit("retention_ms")))
+    return (frame.withColumn("loss_in_s", loss).withColumn("loss_basis", basis)
+            .drop("_us", "_by_log_start", "_by_time", "retention_ms", "cleanup_policy"))
+
+
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
     """Adds time_lag_exact_s where the collector sampled the record at the committed offset."""
     samples = record_timestamps.select(
@@ -236,14 +316,15 @@ def rollups(lag: DataFrame) -> dict[str, DataFrame]:
 
 def lag_mart(committed: DataFrame, partition_offsets: DataFrame, assignments: DataFrame,
              record_timestamps: DataFrame, rate_window_s: int = 300,
-             history_s: float = 3600.0) -> DataFrame:
-    """The partition lag mart: lag, rates, estimated and exact time lag. The inputs cover the
-    interval plus a lookback (the rates' window and the time-lag history); the caller keeps
-    the interval's rows with ``within``."""
+             history_s: float = 3600.0, topics: DataFrame | None = None) -> DataFrame:
+    """The partition lag mart: lag, rates, estimated and exact time lag, loss forecast. The
+    inputs cover the interval plus a lookback (the rates' window and the time-lag history);
+    the caller keeps the interval's rows with ``within``."""
     frame = partition_lag(committed, partition_offsets, assignments)
     frame = with_rates(frame, rate_window_s)
     frame = estimated_time_lag(frame, partition_offsets, history_s)
-    return exact_time_lag(frame, record_timestamps)
+    frame = exact_time_lag(frame, record_timestamps)
+    return with_loss_forecast(frame, topics, history_s)
 
 
 def within(frame: DataFrame, start: Any, end: Any, column: str = "snapshot_ts") -> DataFrame:

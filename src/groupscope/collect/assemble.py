@@ -24,6 +24,7 @@ from groupscope.contract.model import (
     RecordTimestamp,
     Snapshot,
     Stage,
+    TopicInfo,
     TopicPartition,
 )
 from groupscope.kafka.adapter import (
@@ -32,6 +33,7 @@ from groupscope.kafka.adapter import (
     Described,
     Listing,
     OffsetKind,
+    Retention,
 )
 from groupscope.kafka.coordinator import offsets_partition_for
 from groupscope.kafka.protocol import ProtocolDecodeError, decode_subscription
@@ -283,6 +285,14 @@ def record_timestamp_requests(
     return requests
 
 
+def _with_retention(topic: TopicInfo, retention: Retention | None) -> TopicInfo:
+    if retention is None:
+        return topic
+    return dataclasses.replace(
+        topic, retention_ms=retention.retention_ms, retention_bytes=retention.retention_bytes,
+        segment_bytes=retention.segment_bytes, cleanup_policy=retention.cleanup_policy)
+
+
 def assemble_snapshot(
     cluster: str,
     snapshot_ts: datetime,
@@ -291,8 +301,10 @@ def assemble_snapshot(
     partitions: Sequence[PartitionOffsets],
     record_timestamps: Iterable[RecordTimestamp],
     errors: Iterable[CollectionError],
+    retention: Mapping[str, Retention] | None = None,
 ) -> Snapshot:
-    """``partitions``: the log offsets of every touched partition."""
+    """``partitions``: the log offsets of every touched partition; ``retention``: topic ->
+    its retention settings (TopicInfo fields), where they were read."""
     # Partition counts of subscribed topics too: what-if needs them even for topics no
     # member owns or commits yet.
     subscribed = {t for g in groups for m in g.members for t in m.subscription or ()}
@@ -302,7 +314,8 @@ def assemble_snapshot(
         snapshot_ts=snapshot_ts,
         groups=tuple(sorted(groups, key=lambda g: g.group_id)),
         partitions=tuple(partitions),
-        topics=tuple(metadata.topics[t] for t in used_topics),
+        topics=tuple(_with_retention(metadata.topics[t], (retention or {}).get(t))
+                     for t in used_topics),
         errors=tuple(errors),
         offsets_topic_partitions=len(metadata.offsets_leaders) or None,
         record_timestamps=tuple(record_timestamps),

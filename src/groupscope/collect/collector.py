@@ -10,7 +10,9 @@ Order of work, and the requests each step costs (B brokers, G groups, P touched 
    sends a FindCoordinator before each), at most ``offsets_concurrency`` in flight, taking
    turns over ``offset_fetch_connections`` clients;
 5. log start, high watermark and last stable offset of every touched partition: three batched
-   ListOffsets calls, which librdkafka splits by partition leader.
+   ListOffsets calls, which librdkafka splits by partition leader;
+6. the retention settings of the touched topics: one DescribeConfigs request per 1,000
+   topics (the loss forecast's inputs).
 
 Every failure below the cluster level is recorded on the snapshot as a CollectionError and the
 collection goes on; retriable coordinator errors are retried a bounded number of times first.
@@ -72,12 +74,14 @@ from groupscope.kafka.adapter import (
     Described,
     Listing,
     OffsetKind,
+    Retention,
     read_classic_view,
     read_committed,
     read_description,
     read_listing,
     read_metadata,
     read_offset,
+    read_retention,
 )
 from groupscope.kafka.admin import ClusterUnavailable, open_admin
 from groupscope.kafka.sampling import RecordSampler, SampleRequest
@@ -90,6 +94,8 @@ __all__ = ["ClusterUnavailable", "Collector", "CollectorSettings", "take_snapsho
 # garbage collector runs about 1,500 times in a snapshot of 20,000 groups, a quarter of its
 # CPU; at this one, about 100 times (docs/benchmarks.md). Made rarer, never switched off.
 _SNAPSHOT_GC_THRESHOLD = 10_000
+# Topics per DescribeConfigs request: one request for most clusters, a bounded one for any.
+TOPIC_CONFIGS_BATCH = 1000
 _gc_lock = threading.Lock()
 _gc_users = 0
 _gc_saved: tuple[int, int, int] = gc.get_threshold()
@@ -202,8 +208,30 @@ class Collector:
         touched = touched_partitions(groups, metadata, errors)
         partitions = self._partition_offsets(touched, errors)
         record_timestamps = self._record_timestamps(groups, partitions, errors)
+        retention = self._retention(sorted({p.topic for p in partitions}), errors)
         return assemble_snapshot(self.cluster, snapshot_ts, metadata, groups, partitions,
-                                 record_timestamps, errors)
+                                 record_timestamps, errors, retention)
+
+    def _retention(self, topics: Sequence[str],
+                   errors: list[CollectionError]) -> dict[str, Retention]:
+        """The retention settings of the touched topics (the loss forecast's time bound). An
+        extra, as record timestamps are: a failure is recorded and costs no completeness."""
+        found: dict[str, Retention] = {}
+        for start in range(0, len(topics), TOPIC_CONFIGS_BATCH):
+            batch = topics[start:start + TOPIC_CONFIGS_BATCH]
+            try:
+                futures = self.kafka.describe_topic_configs(batch)
+            except Exception as exc:
+                errors.append(collection_error(Stage.TOPIC_CONFIGS, failure_of(exc)))
+                continue
+            for topic, future in futures.items():
+                try:
+                    found[topic] = read_retention(
+                        future.result(timeout=self.settings.request_timeout_s + 5))
+                except Exception as exc:
+                    errors.append(collection_error(Stage.TOPIC_CONFIGS, failure_of(exc),
+                                                   topic=topic))
+        return found
 
     def _record_timestamps(self, groups: Sequence[Group],
                            partitions: Sequence[PartitionOffsets],

@@ -28,6 +28,7 @@ class Stage(StrEnum):
     PARTITION_OFFSETS = "partition_offsets"
     TOPIC_METADATA = "topic_metadata"
     RECORD_TIMESTAMPS = "record_timestamps"  # sampling the record at a committed offset
+    TOPIC_CONFIGS = "topic_configs"  # DescribeConfigs: a topic's retention settings
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -154,8 +155,18 @@ class RecordTimestamp:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
+    """A topic, with the settings that decide when its records are deleted (DescribeConfigs;
+    None where the collector could not read them). -1 is Kafka's own "unlimited"."""
+
     topic: str
     partition_count: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    segment_bytes: int | None = None
+    cleanup_policy: str | None = None  # delete, compact, or compact,delete
+
+
+_EXTRAS = frozenset({Stage.RECORD_TIMESTAMPS, Stage.TOPIC_CONFIGS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +183,9 @@ class Snapshot:
     @property
     def complete(self) -> bool:
         # A record-timestamp sample that failed costs one exact time-lag figure (the estimate
-        # stands in), not the snapshot's completeness; it is still listed in the errors.
-        return all(e.stage == Stage.RECORD_TIMESTAMPS for e in self.errors)
+        # stands in), and a topic's unread retention settings cost its loss forecast's time
+        # bound, not the snapshot's completeness; both are still listed in the errors.
+        return all(e.stage in _EXTRAS for e in self.errors)
 
     def partition_offsets(self) -> dict[TopicPartition, PartitionOffsets]:
         return {TopicPartition(p.topic, p.partition): p for p in self.partitions}

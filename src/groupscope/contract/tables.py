@@ -77,6 +77,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "topics": _schema(
         ("topic", pa.string(), False),
         ("partition_count", pa.int32(), False),
+        ("retention_ms", pa.int64(), True),
+        ("retention_bytes", pa.int64(), True),
+        ("segment_bytes", pa.int64(), True),
+        ("cleanup_policy", pa.string(), True),
     ),
     "record_timestamps": _schema(
         ("topic", pa.string(), False),
@@ -215,7 +219,10 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
         for p in snapshot.partitions
     )
     rows["topics"].extend(
-        {**head, "topic": t.topic, "partition_count": t.partition_count} for t in snapshot.topics
+        {**head, "topic": t.topic, "partition_count": t.partition_count,
+         "retention_ms": t.retention_ms, "retention_bytes": t.retention_bytes,
+         "segment_bytes": t.segment_bytes, "cleanup_policy": t.cleanup_policy}
+        for t in snapshot.topics
     )
     rows["record_timestamps"].extend(
         {**head, "topic": r.topic, "partition": r.partition, "committed_offset": r.offset,

@@ -186,6 +186,19 @@ class AdminAdapter:
         )
         return result
 
+    def describe_topic_configs(
+        self, topics: Sequence[str]
+    ) -> dict[str, concurrent.futures.Future[Any]]:
+        """One DescribeConfigs call for the topics (topic resources need no particular broker:
+        librdkafka sends them in one request), topic -> its future."""
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        self.requests["DescribeConfigs"] += 1
+        answer = self.admin.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, t) for t in topics],
+            request_timeout=self.request_timeout_s)
+        return {resource.name: future for resource, future in answer.items()}
+
     def list_offsets(
         self, batch: Sequence[tuple[OffsetKind, TopicPartition]]
     ) -> dict[tuple[OffsetKind, TopicPartition], concurrent.futures.Future[Any]]:
@@ -212,6 +225,33 @@ class AdminAdapter:
                 ((kind, TopicPartition(k.topic, k.partition)), f) for k, f in answer.items()
             )
         return futures
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A topic's retention settings (TopicInfo's fields of the same names)."""
+
+    retention_ms: int | None
+    retention_bytes: int | None
+    segment_bytes: int | None
+    cleanup_policy: str | None
+
+
+def read_retention(entries: dict[str, Any]) -> Retention:
+    """A topic's DescribeConfigs answer (config name -> ConfigEntry); a setting missing or
+    unreadable is None."""
+
+    def number(name: str) -> int | None:
+        raw = getattr(entries.get(name), "value", None)
+        try:
+            return int(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+    policy = getattr(entries.get("cleanup.policy"), "value", None)
+    return Retention(number("retention.ms"), number("retention.bytes"),
+                     number("segment.bytes"),
+                     policy.replace(" ", "") if isinstance(policy, str) else None)
 
 
 def read_metadata(md: Any) -> ClusterMetadata:

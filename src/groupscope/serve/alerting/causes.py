@@ -160,7 +160,7 @@ Found = tuple[str, str, str, datetime | None]
 _FAMILY = {"group_status_err": "err", "group_empty_lag_growing": "stop",
            "lag_seconds": "lag", "lag_records": "lag", "lag_beyond_retention": "lag",
            "rebalances_per_hour": "storm", "partition_rewind": "rewind",
-           "rebalance_stuck": "stuck"}
+           "rebalance_stuck": "stuck", "loss_forecast_s": "lag"}
 _WEIGHT: Mapping[str, Mapping[str, float]] = {
     "members_silent": {"err": 95, "stop": 60, "lag": 45},
     "member_crashed": {"err": 100, "stop": 100, "lag": 50, "stuck": 60},

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 GROUP_CONDITIONS = (
     "group_status_err", "partition_rewind", "lag_seconds", "lag_records",
     "lag_beyond_retention", "group_empty_lag_growing", "rebalances_per_hour", "rebalance_stuck",
+    "loss_forecast_s",
 )
 CLUSTER_CONDITIONS = ("collector_stale", "snapshot_incomplete", "quality_gate_failed")
 # groupscope's watch over its own parts (cluster subjects too; task_failed and channel_failing
@@ -386,7 +387,10 @@ def _group_details(row: Any) -> dict[str, Any]:
             "worst_topic", "worst_partition", "worst_reason", "lag", "max_lag",
             "beyond_retention_partitions", "time_lag_s", "time_lag_exact", "state",
             "member_count", "previous_lag", "lag_growth", "rebalances_source",
-            "rebalance_window_s")
+            "rebalance_window_s", "loss_topic", "loss_partition", "loss_basis", "loss_headroom",
+            "loss_production_rate", "loss_consumption_rate", "loss_growth_rate",
+            "loss_retention_ms",
+            "loss_retention_bytes")
     details = {k: row[k] for k in keys}
     details["rebalances_in_window"] = row["rebalances"]
     details["rebalancing_since"] = _iso(row["rebalancing_since"])

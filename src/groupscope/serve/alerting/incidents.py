@@ -4,7 +4,8 @@ incidents and the time) and their store in the warehouse (``ops.alert_incidents`
 
 Lifecycle of one fingerprint (rule, cluster, group, topic):
 
-- the rule's value exceeds its threshold: a **pending** incident starts; it turns **firing**
+- the rule's value is past its threshold (above it; below it for a time left, see
+  ``rules.BELOW_CONDITIONS``): a **pending** incident starts; it turns **firing**
   once the condition has held for the rule's ``for`` (at once when ``for`` is 0). Firing owes
   every routed channel a ``firing`` notification, once.
 - while it stays firing, a ``repeat-N`` notification is owed every ``repeat_interval``.
@@ -38,7 +39,7 @@ from typing import Any
 from sqlalchemy import text
 
 from groupscope.serve.alerting.conditions import Observation
-from groupscope.serve.alerting.rules import RuleSet
+from groupscope.serve.alerting.rules import RuleSet, breached
 
 PENDING, FIRING, RESOLVED = "pending", "firing", "resolved"
 
@@ -113,7 +114,7 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
             else:
                 holds = effective.enabled and (
                     effective.on_unknown == "alerting" if obs.unknown is not None
-                    else obs.value > effective.threshold)
+                    else breached(obs.condition, obs.value, effective.threshold))
                 updated, notice = _step(incident, holds, obs, effective, fp, now, rules)
             if updated is not None and updated != incident:
                 changed.append(updated)

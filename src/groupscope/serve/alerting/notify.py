@@ -105,6 +105,8 @@ def headline(incident: Incident) -> str:
         "group_empty_lag_growing": "EMPTY while its lag grows",
         "rebalances_per_hour": f"REBALANCE STORM ({_count(incident.value)} an hour)",
         "rebalance_stuck": f"REBALANCE STUCK for {duration(incident.value)}",
+        "loss_forecast_s": (f"DATA LOSS forecast in {duration(incident.value)} (retention "
+                            "deletes records it has not read)"),
         "collector_stale": "collector STALE",
         "snapshot_incomplete": "snapshots INCOMPLETE",
         "quality_gate_failed": "quality gate FAILED",
@@ -113,6 +115,54 @@ def headline(incident: Incident) -> str:
         "channel_failing": f"alert channel {d.get('channel') or incident.topic} FAILING",
         "rules_invalid": "rules file INVALID (the last valid rules are in use)",
     }.get(condition, f"{incident.rule} {incident.value:g} > {incident.threshold:g}")
+
+
+def _size(value: Any) -> str:
+    if value is None:
+        return "?"
+    if value < 0:
+        return "unlimited"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{int(value)} B"
+
+
+def _loss_lines(incident: Incident) -> list[str]:
+    """Which partition loses first, when, why: the topic's retention and the two rates."""
+    d = incident.details
+    where = f"{d.get('loss_topic')}[{d.get('loss_partition')}]"
+    retention_ms = d.get("loss_retention_ms")
+    by_age = ("?" if retention_ms is None else "unlimited" if retention_ms < 0
+              else duration(retention_ms / 1000))
+    retention = f"retention.ms {by_age}, retention.bytes {_size(d.get('loss_retention_bytes'))}"
+    produced, consumed = d.get("loss_production_rate"), d.get("loss_consumption_rate")
+    rates = (f"production {_per_second(produced)}, consumption {_per_second(consumed)}")
+    at = ""
+    if d.get("snapshot_ts"):
+        at = " at " + _clock((datetime.fromisoformat(d["snapshot_ts"])
+                              + timedelta(seconds=incident.value)).isoformat())
+    if d.get("loss_basis") == "lost":
+        first = (f"{where}: records the group had not read are being deleted now "
+                 f"({retention}); {rates}.")
+    elif d.get("loss_basis") == "retention_ms":
+        first = (f"{where}: the record at its committed offset reaches the topic's "
+                 f"retention.ms in about {duration(incident.value)}{at}, when its segment "
+                 f"may be deleted ({retention}); {rates}.")
+    else:
+        first = (f"{where}: the log deletes as fast as it grows and its start is "
+                 f"{_count(d.get('loss_headroom'))} records behind the committed offset; "
+                 f"the lag grows by {_per_second(d.get('loss_growth_rate'))}, so "
+                 f"retention reaches unread records in about {duration(incident.value)}{at} "
+                 f"({retention}); {rates}.")
+    return [first, f"Threshold {duration(incident.threshold)}; lag_beyond_retention fires "
+                   "once records are lost."]
+
+
+def _per_second(rate: Any) -> str:
+    if rate is None or (isinstance(rate, float) and math.isnan(rate)):
+        return "? records/s"
+    return f"{rate:,.1f} records/s"
 
 
 def detail_lines(incident: Incident) -> list[str]:
@@ -169,6 +219,8 @@ def detail_lines(incident: Incident) -> list[str]:
                 "to its rebalance timeout (max.poll.interval.ms for a classic group, 5 min by "
                 f"default; rebalance.timeout.ms for a consumer-protocol group); {lag}.",
                 members_line]
+    if condition == "loss_forecast_s":
+        return [*_loss_lines(incident), members_line]
     if condition == "collector_stale":
         return [f"No complete snapshot for {duration(d.get('since_s'))} "
                 f"({incident.value:.1f} snapshot intervals of {duration(d.get('snapshot_every_s'))}"

@@ -75,6 +75,9 @@ CONDITIONS: Mapping[str, str] = {
     "rebalances_per_hour": "rebalances of the group in the last hour",
     "rebalance_stuck": "seconds the group has been rebalancing without a break (a member that "
                        "does not rejoin blocks every other)",
+    "loss_forecast_s": "seconds until retention deletes records the group has not read, at the "
+                       "current rates (7 days when no loss is forecast); fires BELOW the "
+                       "threshold",
     "collector_stale": "snapshot intervals since the cluster's last complete snapshot",
     "snapshot_incomplete": "incomplete snapshots of the cluster in a row",
     "quality_gate_failed": "data-quality suites whose latest check failed",
@@ -85,6 +88,16 @@ CONDITIONS: Mapping[str, str] = {
                        "given up)",
     "rules_invalid": "1 while the rules file is invalid and the last valid rules are in use",
 }
+# The kinds that fire when their value is below the threshold (a time left), not above it.
+BELOW_CONDITIONS = frozenset({"loss_forecast_s"})
+
+
+def breached(condition: str, value: float, threshold: float) -> bool:
+    """Whether a known value is past its threshold: above it, or below it for a kind of
+    ``BELOW_CONDITIONS``."""
+    return value < threshold if condition in BELOW_CONDITIONS else value > threshold
+
+
 # groupscope's watch over its own evaluation and delivery (its own tasks, channels and rules).
 SELF_CONDITIONS = frozenset({"analytics_stale", "task_failed", "channel_failing",
                              "rules_invalid"})
@@ -437,15 +450,16 @@ class RuleSet(_Strict):
         raise KeyError(name)
 
     def exceeded(self, observation: Any) -> bool:
-        """Whether an observed value (``conditions.Observation``) is above the threshold of an
-        enabled rule of its condition, the overrides for its subject applied (unknown: no)."""
+        """Whether an observed value (``conditions.Observation``) is past the threshold of an
+        enabled rule of its condition (``breached``), the overrides for its subject applied
+        (unknown: no)."""
         value = observation.value
         if observation.unknown is not None or math.isnan(value):
             return False
         for rule in self.rules:
             if rule.condition == observation.condition:
                 effective = rule.effective(observation.cluster, observation.group_id)
-                if effective.enabled and value > effective.threshold:
+                if effective.enabled and breached(rule.condition, value, effective.threshold):
                     return True
         return False
 

@@ -46,6 +46,7 @@ from datetime import timedelta
 from typing import Any
 
 from groupscope.serve.alerting.rules import (
+    BELOW_CONDITIONS,
     CLUSTER_CONDITIONS,
     CONDITIONS,
     SELF_CONDITIONS,
@@ -321,7 +322,8 @@ def _annotations(variant: Variant, dashboard_base: str) -> dict[str, str]:
         "summary": (f"{rule.name}: {subject}: {_template_text(meaning)} is "
                     f'{{{{ index .Values "{REDUCE}" }}}} (threshold {_number(variant.threshold)})'),
         "description": _template_text(
-            f"{rule.condition}: {meaning}. The rule fires when it is above "
+            f"{rule.condition}: {meaning}. The rule fires when it is "
+            f"{'below' if rule.condition in BELOW_CONDITIONS else 'above'} "
             f"{_number(variant.threshold)} for {duration(variant.for_)}."
             + (f" Runbook: {variant.runbook}" if variant.runbook else "")),
         "dashboard_url": dashboard + query,
@@ -355,7 +357,10 @@ def _data(variant: Variant, snapshot_every: timedelta) -> list[dict[str, Any]]:
          "model": {"refId": THRESHOLD, "datasource": expr_source, "type": "threshold",
                    "expression": REDUCE,
                    "conditions": [{"type": "query",
-                                   "evaluator": {"type": "gt", "params": [variant.threshold]},
+                                   "evaluator": {
+                                       "type": ("lt" if variant.rule.condition
+                                                in BELOW_CONDITIONS else "gt"),
+                                       "params": [variant.threshold]},
                                    "operator": {"type": "and"},
                                    "query": {"params": [THRESHOLD]},
                                    "reducer": {"type": "last", "params": []}}]}},

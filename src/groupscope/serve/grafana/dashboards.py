@@ -76,6 +76,8 @@ LAG_RECORDS_THRESHOLDS = (GREEN_ONLY, (10_000.0, "orange"), (100_000.0, "red")) 
 LAG_SECONDS_THRESHOLDS = (GREEN_ONLY, (60.0, "orange"), (600.0, "red"))  # lag_seconds_high
 ANY_IS_RED = (GREEN_ONLY, (1.0, "red"))
 ANY_IS_ORANGE = (GREEN_ONLY, (1.0, "orange"))
+# data_loss_forecast: red below its 1 h threshold, orange below 6 h (a base of red first).
+LOSS_THRESHOLDS = ((None, "red"), (3600.0, "orange"), (21600.0, "green"))
 
 
 def _value_map(colors: dict[str, tuple[str, str]]) -> list[dm.ValueMapping]:
@@ -551,6 +553,19 @@ def group_detail() -> dict[str, Any]:
                 columns=[_column("state", mappings=INCIDENT_STATE_TEXT),
                          _column("time", label="evaluated"),
                          _column("started_at", label="alert since")]), 24, 6),
+        (_timeseries("Time until data loss (forecast)",
+                     "SELECT time, series AS metric, loss_in_s\n"
+                     "FROM serve.loss_forecast_history\n"
+                     "WHERE " + where + " AND " + TOPICS + " AND loss_in_s IS NOT NULL"
+                     " AND $__timeFilter(time)\nORDER BY 1",
+                     unit=SECONDS, axis_label="seconds", thresholds=LOSS_THRESHOLDS,
+                     description="When retention will delete records the group has not read, "
+                                 "per topic-partition, at the rates of each snapshot: the log "
+                                 "start catching up with the committed offset (a log that "
+                                 "deletes), or the committed record reaching retention.ms. "
+                                 "No line: no loss forecast (the group keeps up). 0: records "
+                                 "are being lost. The data_loss_forecast rule fires below 1 "
+                                 "h."), 24, 7),
         (_timeseries("Lag per partition (records)",
                      "SELECT time, series AS metric, lag_records\n"
                      "FROM serve.partition_lag_history\n"
