@@ -173,6 +173,9 @@ def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str
     snapshot without it and the first with it)."""
     from sqlalchemy import create_engine, text
 
+    from groupscope.serve.grafana.dashboards import build_all
+    from groupscope.serve.grafana.macros import expand
+
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
@@ -211,6 +214,19 @@ def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str
     assert "retention.bytes 977 KiB" in details and "production " in details, details
     # The keeper read the same deleting log all along: never a forecast.
     assert kept_up[1] > 0 and kept_up[0] == 0, kept_up
+    # Group detail draws the forecast, as the panel's query (macros expanded) reads it.
+    panel = next(t["rawSql"] for p in build_all()["groupscope-group"]["panels"]
+                 if p["title"] == "Time until data loss (forecast)" for t in p["targets"])
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            drawn = conn.exec_driver_sql(expand(
+                panel, time_from=rows[0].snapshot_ts, time_to=rows[-1].snapshot_ts,
+                variables={"cluster": cluster, "group": group, "topic": [group]})).all()
+    finally:
+        engine.dispose()
+    assert {round(r.loss_in_s, 6) for r in drawn} >= {round(r.loss_in_s, 6) for r in rows
+                                                      if r.loss_in_s is not None}, drawn
 
 
 @pytest.fixture(scope="module")
