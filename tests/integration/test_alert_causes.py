@@ -179,11 +179,15 @@ def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
+            # Per snapshot: the loss seen on any partition, and the forecast of the partition
+            # forecast first (its own basis).
             rows = conn.execute(text(
-                "SELECT snapshot_ts, bool_or(lag_beyond_retention) AS lost,"
-                "       min(loss_in_s) AS loss_in_s, min(loss_basis) AS basis"
+                "SELECT DISTINCT ON (snapshot_ts) snapshot_ts,"
+                "       bool_or(lag_beyond_retention) OVER (PARTITION BY snapshot_ts) AS lost,"
+                "       loss_in_s, loss_basis AS basis"
                 " FROM mart.partition_lag WHERE cluster = :c AND group_id = :g"
-                " GROUP BY snapshot_ts ORDER BY snapshot_ts"), {"c": cluster, "g": group}).all()
+                " ORDER BY snapshot_ts, loss_in_s NULLS LAST, partition"),
+                {"c": cluster, "g": group}).all()
             kept_up = conn.execute(text(
                 "SELECT count(*) FILTER (WHERE loss_in_s IS NOT NULL), count(*)"
                 " FROM mart.partition_lag WHERE cluster = :c AND group_id = :g"),

@@ -7,6 +7,7 @@ the rule and the field."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -654,3 +655,18 @@ def test_the_rebalance_window_is_an_hour_unless_given_and_bounded() -> None:
         with pytest.raises(RulesError, match=r"f: field 'rebalance_window': must be from 10s "
                                              r"to 1d, not "):
             load_rules_text(f"rebalance_window: {bad}\n", "f")
+
+
+def test_a_time_left_holds_below_its_threshold_which_stays_below_the_horizon(
+        tmp_path: Path) -> None:
+    from groupscope.serve.alerting.conditions import Observation
+
+    rules = builtin_rules()
+    soon = Observation("loss_forecast_s", "c", "g", 120.0)
+    assert rules.exceeded(soon)
+    assert not rules.exceeded(replace(soon, value=604_800.0))  # no loss forecast
+    assert not rules.exceeded(replace(soon, value=3600.0))  # at the threshold: not below it
+    message = error(tmp_path, "rules:\n  - name: data_loss_forecast\n    overrides:\n"
+                              "      - {group: x, threshold: 604800}\n")
+    assert "rule 'data_loss_forecast': override 1: field 'threshold'" in message, message
+    assert "it would fire for every group" in message

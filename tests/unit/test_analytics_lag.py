@@ -173,12 +173,12 @@ def test_rollups_of_partitions_whose_lag_is_unknown(spark: SparkSession) -> None
 
 def test_a_deleting_log_forecasts_the_loss_when_the_lag_eats_the_headroom(
         spark: SparkSession) -> None:
-    # Production 10/s, consumption 4/s: the lag (300, 480, 660) grows 6/s over the last
-    # minute. The log deletes (its start moves), so its start follows production: at 60 s the
+    # Production 10/s, consumption 4/s: the lag (300, 480, 660) grows 6/s between snapshots.
+    # The log deletes by size (its start moves), so its start follows production: at 60 s the
     # committed offset (440) is 140 records ahead of it, lost in 140 / 6 s.
     rows = mart(spark, [committed(0, 200), committed(30, 320), committed(60, 440)],
                 [log(0, 500, start=0), log(30, 800, start=150), log(60, 1100, start=300)],
-                topics=[topic(0), topic(30), topic(60)])
+                topics=[dict(topic(t), retention_bytes=1_000_000) for t in (0, 30, 60)])
     first, second, third = rows
     assert first["loss_in_s"] is None  # one point: no growth, and the log start has not moved
     assert second["lag_growth_rate"] == pytest.approx(6.0)
@@ -192,6 +192,8 @@ def test_a_consumer_that_keeps_up_gets_no_forecast(spark: SparkSession) -> None:
                 [log(0, 500, start=0), log(30, 800, start=150), log(60, 1100, start=300)],
                 topics=[topic(0), topic(30), topic(60)])
     assert [r["loss_in_s"] for r in rows] == [None, None, None]
+    # known to lose nothing once its rates are known; the first snapshot cannot tell
+    assert [r["loss_basis"] for r in rows] == [None, "none", "none"]
     assert rows[-1]["lag_growth_rate"] == pytest.approx(0.0)
     # Keeping up, its lag swings by a commit interval's records: over the last minute it grew
     # (10 -> 70), but over the five minutes it consumed 97% of production. No forecast.
@@ -226,6 +228,21 @@ def test_no_time_bound_for_a_compacted_topic_or_unknown_settings(spark: SparkSes
                      topics=[topic(0, 600_000, "compact"), topic(100, 600_000, "compact")])
     unread = mart(spark, commits, logs)  # no topics table: the settings were not read
     assert compacted[-1]["loss_in_s"] is None and unread[-1]["loss_in_s"] is None
+    # a compacted topic deletes nothing: known; unread settings: cannot be told
+    assert (compacted[-1]["loss_basis"], unread[-1]["loss_basis"]) == ("none", None)
+
+
+def test_a_log_start_moved_on_a_topic_without_size_retention_is_no_loss(
+        spark: SparkSession) -> None:
+    # DeleteRecords (Kafka Streams on its repartition topics) moves the log start up to the
+    # group's own committed offset on a topic that keeps everything by size and by age: the
+    # group falls behind, but nothing is deleted under it.
+    commits = [committed(0, 200), committed(30, 320), committed(60, 440)]
+    logs = [log(0, 500, start=0), log(30, 800, start=320), log(60, 1100, start=440)]
+    never = [dict(topic(t, -1), retention_bytes=-1) for t in (0, 30, 60)]
+    rows = mart(spark, commits, logs, topics=never)
+    assert [r["loss_in_s"] for r in rows] == [None, None, None]
+    assert rows[-1]["loss_basis"] == "none"
 
 
 def test_records_already_lost_forecast_zero(spark: SparkSession) -> None:

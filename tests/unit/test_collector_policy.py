@@ -311,3 +311,16 @@ def test_an_unreadable_retention_is_recorded_and_costs_no_completeness() -> None
     assert [(e.stage.value, e.code, e.topic) for e in snapshot.errors] == [
         ("topic_configs", "TOPIC_AUTHORIZATION_FAILED", "t")]
     assert snapshot.complete
+
+
+def test_topics_failing_alike_are_one_error() -> None:
+    admin = ScriptedAdmin(1)
+    admin.config_errors = dict.fromkeys(("a", "b", "c", "d"), KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    collector = Collector(admin, "c", CollectorSettings(), sleep=lambda _: None)
+    errors: list[Any] = []
+    found = collector._retention(["a", "b", "c", "d", "t"], errors)
+    assert set(found) == {"t"}
+    (error,) = errors
+    assert (error.stage.value, error.code, error.topic) == (
+        "topic_configs", "TOPIC_AUTHORIZATION_FAILED", None)
+    assert error.message.startswith("4 topics (a, b, c, ...): "), error.message

@@ -3,6 +3,7 @@ the warehouse store and real channels are in tests/integration/test_alerting.py)
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -522,3 +523,11 @@ def test_the_loss_forecast_names_the_partition_its_retention_the_rates_and_when(
     assert ("orders[2]: the record at its committed offset reaches the topic's retention.ms "
             "in about 27 s at 12:00:27Z, when its segment may be deleted (retention.ms 7 d 0 h, "
             "retention.bytes unlimited)") in message.text
+    lost = replace(incident, value=0.0, details={**incident.details, "loss_basis": "lost"})
+    [(message, _)] = messages([Undelivered(lost, "firing", "webhook", 0)], "")
+    assert message.text.startswith("[FIRING] cluster prod, group orders-etl: DATA LOSS now ")
+    assert "orders[2]: records the group had not read are being deleted now" in message.text
+    unknown_value = replace(incident, value=math.nan,
+                            details={**incident.details, "loss_basis": None})
+    [(message, _)] = messages([Undelivered(unknown_value, "firing", "webhook", 0)], "")
+    assert "No partition's loss is forecast at the latest snapshot" in message.text

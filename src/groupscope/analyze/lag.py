@@ -30,17 +30,20 @@ Time lag, exact (``time_lag_exact_s``): snapshot time minus the timestamp of the
 committed offset, where the collector sampled it (raw ``record_timestamps``).
 
 Loss forecast (``loss_in_s``, ``loss_basis``): the seconds until retention deletes the record
-at the committed offset, at the current rates, null when none is forecast (the group keeps
-up); 0 once it is lost (``lag_beyond_retention``). The earlier of two bounds:
+at the committed offset, at the current rates; 0 once it is lost (``lag_beyond_retention``,
+basis ``lost``). Null with basis ``none`` when nothing will be lost (nothing unread, a group
+that keeps up, a topic that deletes nothing), null with a null basis when it cannot be told
+(no rates yet, a gap in the snapshots, settings not read). The earlier of two bounds:
 
-- ``log_start``: the log deletes (its start moved in the history window), so its size is
-  steady and its start follows production: the committed offset is lost when the lag has
-  grown by the records between the log start and it, ``(committed - log start) /
-  lag_growth_rate``, the lag's growth since the previous snapshot (production minus
-  consumption as they are now: the rates' five minutes would answer a surge late), when over
-  the five minutes the group consumes less than ``KEEPS_UP`` (95%) of production. Size retention
-  (``retention.bytes``) is forecast this way, by the observed movement of the log start:
-  librdkafka has no DescribeLogDirs, so the log's bytes are not known before it deletes.
+- ``log_start``: the log deletes by size (``retention.bytes``, or settings not read) and its
+  start moved in the history window, so its size is steady and its start follows
+  production: the committed offset is lost when the lag has grown by the records between
+  the log start and it, ``(committed - log start) / lag_growth_rate``, the lag's growth
+  since the previous snapshot (production minus consumption as they are now: the rates'
+  five minutes would answer a surge late), when over the five minutes the group consumes
+  less than ``KEEPS_UP`` (95%) of production. Size retention is forecast only this way, by
+  the observed movement of the log start: librdkafka has no DescribeLogDirs, so the log's
+  bytes are not known before it deletes.
 - ``retention_ms``: the topic deletes by age (``cleanup.policy`` with ``delete``): the
   committed record is lost once it is ``retention.ms`` old, at the earliest (Kafka deletes
   whole segments, once their newest record is that old). Its age is the time lag, growing 1 s
@@ -232,21 +235,32 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     # grown by the records between the two.
     deleting = (F.col("log_start_offset")
                 > F.first("log_start_offset", ignorenulls=True).over(order))
+    settings = ["retention_ms", "retention_bytes", "cleanup_policy"]
     if topics is None:
-        frame = (frame.withColumn("retention_ms", F.lit(None).cast("long"))
-                 .withColumn("cleanup_policy", F.lit(None).cast("string")))
+        frame = frame.select("*", *[F.lit(None).cast("long" if c != "cleanup_policy"
+                                                     else "string").alias(c)
+                                    for c in settings])
     else:
-        frame = frame.join(
-            topics.select("cluster", "snapshot_ts", "topic", "retention_ms", "cleanup_policy"),
-            ["cluster", "snapshot_ts", "topic"], "left")
+        # Small (a row per topic and snapshot): broadcast, so the frame keeps its partitioning
+        # by log partition for the windows.
+        frame = frame.join(F.broadcast(topics.select("cluster", "snapshot_ts", "topic",
+                                                     *settings)),
+                           ["cluster", "snapshot_ts", "topic"], "left")
     production, consumption = F.col("production_rate"), F.col("consumption_rate")
     headroom = F.col("committed_offset") - F.col("log_start_offset")
     growth = F.col("lag_growth_rate")
+    policy_deletes = F.col("cleanup_policy").contains("delete")
     # Falling behind over the rates' five minutes too: the lag of a group that keeps up
     # swings by a commit interval's records, and on a log of minutes that swing alone would
     # read as a loss within the hour.
     behind = (consumption == 0) | (consumption < F.lit(KEEPS_UP) * production)
-    by_log_start = F.when(deleting & behind & (growth > 0) & (headroom >= 0),
+    # A log start that moves by size retention (or settings not read). Not on a topic that
+    # deletes only by age, nor where something else moves it (DeleteRecords, as Kafka Streams
+    # does on its repartition topics, up to the very offset its group committed): that would
+    # page "loss in 0 s" for a group that loses nothing.
+    by_size = (F.coalesce(policy_deletes, F.lit(True))
+               & F.coalesce(F.col("retention_bytes") > 0, F.lit(True)))
+    by_log_start = F.when(deleting & by_size & behind & (growth > 0) & (headroom >= 0),
                           headroom / growth)
     # retention.ms: the committed record is deleted once it is that old (at the earliest: its
     # whole segment must be). Its age grows 1 s a second when the group consumes nothing, and
@@ -254,8 +268,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     ageing = (F.when(consumption == 0, F.lit(1.0))
               .when(production > 0, F.lit(1.0) - consumption / production))
     age = F.coalesce(F.col("time_lag_exact_s"), F.col("time_lag_estimated_s"))
-    deletes_by_time = ((F.col("retention_ms") > 0)
-                       & F.coalesce(F.col("cleanup_policy").contains("delete"), F.lit(False)))
+    deletes_by_time = (F.col("retention_ms") > 0) & F.coalesce(policy_deletes, F.lit(False))
     by_time = F.when(deletes_by_time & behind & (F.col("lag") > 0) & age.isNotNull()
                      & (ageing > 0),
                      F.greatest((F.col("retention_ms") / 1000.0 - age) / ageing, F.lit(0.0)))
@@ -263,11 +276,20 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     lost = F.col("lag_beyond_retention")
     first, second = F.col("_by_log_start"), F.col("_by_time")
     loss = F.when(lost, F.lit(0.0)).otherwise(F.least(first, second))
+    # Known to lose nothing: nothing unread, a group that keeps up, or a topic whose settings
+    # delete nothing. Else, without a forecast, the answer is unknown (no rates yet, a gap in
+    # the snapshots, settings not read): the basis stays null.
+    never_deletes = ((~policy_deletes)
+                     | ((F.col("retention_ms") < 0) & (F.col("retention_bytes") < 0)))
+    safe = (F.coalesce(F.col("lag") <= 0, F.lit(True))
+            | (production.isNotNull() & consumption.isNotNull() & ~behind)
+            | F.coalesce(never_deletes, F.lit(False)))
     basis = (F.when(lost, F.lit("lost"))
              .when(first.isNotNull() & (second.isNull() | (first <= second)), F.lit("log_start"))
-             .when(second.isNotNull(), F.lit("retention_ms")))
+             .when(second.isNotNull(), F.lit("retention_ms"))
+             .when(safe, F.lit("none")))
     return (frame.withColumn("loss_in_s", loss).withColumn("loss_basis", basis)
-            .drop("_us", "_by_log_start", "_by_time", "retention_ms", "cleanup_policy"))
+            .drop("_us", "_by_log_start", "_by_time", *settings))
 
 
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:

@@ -217,6 +217,8 @@ class Collector:
         """The retention settings of the touched topics (the loss forecast's time bound). An
         extra, as record timestamps are: a failure is recorded and costs no completeness."""
         found: dict[str, Retention] = {}
+        failed: dict[tuple[str, str], list[str]] = {}  # (code, message) -> topics
+        failures: dict[tuple[str, str], Failure] = {}
         for start in range(0, len(topics), TOPIC_CONFIGS_BATCH):
             batch = topics[start:start + TOPIC_CONFIGS_BATCH]
             try:
@@ -229,8 +231,18 @@ class Collector:
                     found[topic] = read_retention(
                         future.result(timeout=self.settings.request_timeout_s + 5))
                 except Exception as exc:
-                    errors.append(collection_error(Stage.TOPIC_CONFIGS, failure_of(exc),
-                                                   topic=topic))
+                    failure = failure_of(exc)
+                    failed.setdefault((failure.code, failure.message), []).append(topic)
+                    failures[(failure.code, failure.message)] = failure
+        # A missing ACL fails every topic alike: one error says so, not one per topic.
+        for key, names in failed.items():
+            if len(names) == 1:
+                errors.append(collection_error(Stage.TOPIC_CONFIGS, failures[key],
+                                               topic=names[0]))
+            else:
+                shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+                errors.append(collection_error(Stage.TOPIC_CONFIGS, dataclasses.replace(
+                    failures[key], message=f"{len(names)} topics ({shown}): {key[1]}")))
         return found
 
     def _record_timestamps(self, groups: Sequence[Group],

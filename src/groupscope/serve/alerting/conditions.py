@@ -353,6 +353,8 @@ _NULL_REASON = {
                    "offsets, and too little high-watermark history to estimate it)",
     "lag_records": "its lag cannot be computed (no committed offset or high watermark)",
     "lag_beyond_retention": "its lag cannot be computed (no committed offset or log start)",
+    "loss_forecast_s": "its loss forecast cannot be computed for some partition (no rates yet, "
+                       "a gap in the snapshots, or its topic's retention settings not read)",
 }
 
 

@@ -148,7 +148,9 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
 # receivers never heard of it). One that fired before its inhibitor keeps its resolution, so
 # no receiver is left with an incident it never hears the end of.
 INHIBITED_BY = {"group_empty_lag_growing": "group_status_err",
-                "lag_seconds": "group_status_err", "lag_records": "group_status_err"}
+                "lag_seconds": "group_status_err", "lag_records": "group_status_err",
+                # a forecast that starts while the loss itself is firing says nothing new
+                "loss_forecast_s": "lag_beyond_retention"}
 INHIBITED = "inhibited_by"  # in an incident's details: held, its firing not sent
 NOW = "now"  # in an incident's details once its condition stopped holding: the latest values
 

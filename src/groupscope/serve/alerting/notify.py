@@ -31,7 +31,7 @@ from urllib.parse import quote
 from groupscope.serve.alerting import causes
 from groupscope.serve.alerting.channels import Channel, ChannelError, Message
 from groupscope.serve.alerting.incidents import Incident, Undelivered, is_unknown_notice
-from groupscope.serve.alerting.rules import RuleSet
+from groupscope.serve.alerting.rules import BELOW_CONDITIONS, RuleSet
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,11 @@ def headline(incident: Incident) -> str:
         "group_empty_lag_growing": "EMPTY while its lag grows",
         "rebalances_per_hour": f"REBALANCE STORM ({_count(incident.value)} an hour)",
         "rebalance_stuck": f"REBALANCE STUCK for {duration(incident.value)}",
-        "loss_forecast_s": (f"DATA LOSS forecast in {duration(incident.value)} (retention "
-                            "deletes records it has not read)"),
+        "loss_forecast_s": (
+            "DATA LOSS now (retention is deleting records it has not read)"
+            if d.get("loss_basis") == "lost"
+            else f"DATA LOSS forecast in {duration(incident.value)} (retention deletes records "
+                 "it has not read)"),
         "collector_stale": "collector STALE",
         "snapshot_incomplete": "snapshots INCOMPLETE",
         "quality_gate_failed": "quality gate FAILED",
@@ -114,7 +117,8 @@ def headline(incident: Incident) -> str:
         "task_failed": f"task {d.get('dag_id')}.{d.get('task_id')} FAILED",
         "channel_failing": f"alert channel {d.get('channel') or incident.topic} FAILING",
         "rules_invalid": "rules file INVALID (the last valid rules are in use)",
-    }.get(condition, f"{incident.rule} {incident.value:g} > {incident.threshold:g}")
+    }.get(condition, f"{incident.rule} {incident.value:g} "
+                     f"{'<' if condition in BELOW_CONDITIONS else '>'} {incident.threshold:g}")
 
 
 def _size(value: Any) -> str:
@@ -139,10 +143,14 @@ def _loss_lines(incident: Incident) -> list[str]:
     produced, consumed = d.get("loss_production_rate"), d.get("loss_consumption_rate")
     rates = (f"production {_per_second(produced)}, consumption {_per_second(consumed)}")
     at = ""
-    if d.get("snapshot_ts"):
+    if d.get("snapshot_ts") and not math.isnan(incident.value):
         at = " at " + _clock((datetime.fromisoformat(d["snapshot_ts"])
                               + timedelta(seconds=incident.value)).isoformat())
-    if d.get("loss_basis") == "lost":
+    if d.get("loss_basis") not in ("lost", "retention_ms", "log_start"):
+        # no forecast behind the value (unknown, or no loss forecast within 7 days)
+        first = (f"No partition's loss is forecast at the latest snapshot; lag "
+                 f"{_count(d.get('lag'))} records.")
+    elif d.get("loss_basis") == "lost":
         first = (f"{where}: records the group had not read are being deleted now "
                  f"({retention}); {rates}.")
     elif d.get("loss_basis") == "retention_ms":

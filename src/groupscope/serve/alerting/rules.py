@@ -1,6 +1,7 @@
 """Alert rules from one source: the built-in rules (``default_rules.yaml``) and an operator's
 YAML file on top, validated at load with pydantic. A rule is a condition over the marts, a
-threshold (it fires when the value is above it), ``for`` (how long it must hold), a severity,
+threshold (it fires when the value is above it; below it for a time left, the loss
+forecast), ``for`` (how long it must hold), a severity,
 labels, a runbook line, and per-cluster and per-group overrides matched by regex. The same
 file names the channels (Airflow connections) and routes notifications by severity and labels.
 docs/alerts.md is the file's reference.
@@ -61,8 +62,9 @@ from pydantic import (
 Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 
-# Condition kind -> what its value is. A rule fires when the value is above its threshold for
-# `for`, per subject: cluster and group, or the cluster alone for the collector kinds.
+# Condition kind -> what its value is. A rule fires when the value is above its threshold
+# (below it for the kinds of BELOW_CONDITIONS) for `for`, per subject: cluster and group, or
+# the cluster alone for the collector kinds.
 CONDITIONS: Mapping[str, str] = {
     "group_status_err": "partitions of the group in STOP or STALL (group status ERR)",
     "partition_rewind": "partitions of the group whose committed offset moved back (REWIND)",
@@ -90,6 +92,9 @@ CONDITIONS: Mapping[str, str] = {
 }
 # The kinds that fire when their value is below the threshold (a time left), not above it.
 BELOW_CONDITIONS = frozenset({"loss_forecast_s"})
+# How far the loss forecast looks (serve.group_conditions, migration 0016): its value when no
+# loss is forecast, so a threshold must stay below it.
+FORECAST_HORIZON_S = 604800.0
 
 
 def breached(condition: str, value: float, threshold: float) -> bool:
@@ -206,7 +211,7 @@ Duration = Annotated[timedelta, PlainValidator(parse_duration)]
 Threshold = Annotated[float, PlainValidator(_threshold)]
 Regex = Annotated[re.Pattern[str] | None, PlainValidator(_regex)]
 # What an unknown value counts as (Grafana's NoData state): keep the incident's state, or
-# treat the value as above the threshold, or as below it.
+# treat the value as past the threshold, or as not.
 OnUnknown = Literal["keep", "alerting", "ok"]
 
 
@@ -424,6 +429,18 @@ class RuleSet(_Strict):
             if unknown:
                 raise ValueError(f"field 'heartbeat.channels': no channel {unknown[0]!r} "
                                  f"(channels: {', '.join(known) or 'none'})")
+        for rule in self.rules:
+            if rule.condition not in BELOW_CONDITIONS:
+                continue
+            thresholds = [("", rule.threshold)] + [
+                (f"override {i}: ", o.threshold) for i, o in enumerate(rule.overrides, start=1)
+                if o.threshold is not None]
+            for where, threshold in thresholds:
+                if threshold >= FORECAST_HORIZON_S:
+                    raise ValueError(
+                        f"rule {rule.name!r}: {where}field 'threshold': {threshold:g} s is not "
+                        f"below the forecast's horizon of 7 days ({FORECAST_HORIZON_S:g} s, the "
+                        "value when no loss is forecast): it would fire for every group")
         if self.retry_initial > self.retry_max:
             raise ValueError(f"field 'retry_max': {_seconds(self.retry_max)} is below "
                              f"retry_initial ({_seconds(self.retry_initial)})")

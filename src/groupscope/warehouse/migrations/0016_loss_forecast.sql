@@ -5,8 +5,9 @@
 -- none is forecast, 0 once lost, and its basis (log_start, retention_ms or lost).
 --
 -- serve.group_conditions gets loss_forecast_s: the group's earliest forecast, in seconds,
--- capped at 7 days (604800), which is also its value when no loss is forecast (a group that
--- keeps up): a rule fires when it is BELOW its threshold. With it, the partition forecast
+-- capped at 7 days (604800), which is also its value when every partition is known to lose
+-- nothing (basis 'none': a group that keeps up); null (unknown) when some partition cannot
+-- be told. A rule fires when it is BELOW its threshold. With it, the partition forecast
 -- first, its basis, rates and headroom (records between the log start and the committed
 -- offset), and its topic's retention. The views are those of 0015 with the new columns (and
 -- the new condition) at the end.
@@ -58,8 +59,8 @@ SELECT s.cluster, s.snapshot_ts, s.group_id,
        CASE WHEN c.state IN ('PreparingRebalance', 'CompletingRebalance', 'Assigning',
                              'Reconciling') THEN coalesce(rs.since, s.snapshot_ts) END
          AS rebalancing_since,
-       CASE WHEN l.group_id IS NOT NULL
-            THEN least(coalesce(lf.loss_in_s, 604800), 604800) END AS loss_forecast_s,
+       CASE WHEN lf.loss_in_s IS NOT NULL THEN least(lf.loss_in_s, 604800)
+            WHEN lk.partitions > 0 AND lk.unknown = 0 THEN 604800 END AS loss_forecast_s,
        lf.topic AS loss_topic, lf.partition AS loss_partition, lf.loss_basis,
        lf.committed_offset - lf.log_start_offset AS loss_headroom,
        lf.production_rate AS loss_production_rate,
@@ -116,7 +117,14 @@ LEFT JOIN LATERAL (
       AND pl.group_id = s.group_id AND pl.loss_in_s IS NOT NULL
     ORDER BY pl.loss_in_s, pl.topic, pl.partition LIMIT 1) lf ON true
 LEFT JOIN raw.topics tc
-  ON tc.cluster = s.cluster AND tc.snapshot_ts = s.snapshot_ts AND tc.topic = lf.topic;
+  ON tc.cluster = s.cluster AND tc.snapshot_ts = s.snapshot_ts AND tc.topic = lf.topic
+-- Whether every partition without a forecast is known to lose nothing (basis 'none'), or
+-- some cannot be told (no rates yet, a gap in the snapshots, settings not read).
+CROSS JOIN LATERAL (
+    SELECT count(*) AS partitions, count(*) FILTER (WHERE pl.loss_basis IS NULL) AS unknown
+    FROM mart.partition_lag pl
+    WHERE pl.cluster = s.cluster AND pl.snapshot_ts = s.snapshot_ts
+      AND pl.group_id = s.group_id) lk;
 
 CREATE OR REPLACE VIEW serve.alert_conditions AS
 SELECT g.snapshot_ts AS "time", g.cluster, g.group_id, v.condition, v.value
