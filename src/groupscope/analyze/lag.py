@@ -233,8 +233,10 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     # The log deletes: its start moved in the history window. Its size is then steady, so its
     # start follows the high watermark and the committed offset is lost once the lag has
     # grown by the records between the two.
-    deleting = (F.col("log_start_offset")
-                > F.first("log_start_offset", ignorenulls=True).over(order))
+    # Computed before the join, in the same window operator as the growth (one sort).
+    frame = frame.withColumn("_deleting", F.col("log_start_offset")
+                             > F.first("log_start_offset", ignorenulls=True).over(order))
+    deleting = F.col("_deleting")
     settings = ["retention_ms", "retention_bytes", "cleanup_policy"]
     if topics is None:
         frame = frame.select("*", *[F.lit(None).cast("long" if c != "cleanup_policy"
@@ -289,7 +291,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
              .when(second.isNotNull(), F.lit("retention_ms"))
              .when(safe, F.lit("none")))
     return (frame.withColumn("loss_in_s", loss).withColumn("loss_basis", basis)
-            .drop("_us", "_by_log_start", "_by_time", *settings))
+            .drop("_us", "_deleting", "_by_log_start", "_by_time", *settings))
 
 
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
