@@ -217,8 +217,8 @@ class Collector:
         """The retention settings of the touched topics (the loss forecast's time bound). An
         extra, as record timestamps are: a failure is recorded and costs no completeness."""
         found: dict[str, Retention] = {}
-        failed: dict[tuple[str, str], list[str]] = {}  # (code, message) -> topics
-        failures: dict[tuple[str, str], Failure] = {}
+        # (code, message) -> the failure and the topics that failed so
+        failed: dict[tuple[str, str], tuple[Failure, list[str]]] = {}
         for start in range(0, len(topics), TOPIC_CONFIGS_BATCH):
             batch = topics[start:start + TOPIC_CONFIGS_BATCH]
             try:
@@ -232,17 +232,16 @@ class Collector:
                         future.result(timeout=self.settings.request_timeout_s + 5))
                 except Exception as exc:
                     failure = failure_of(exc)
-                    failed.setdefault((failure.code, failure.message), []).append(topic)
-                    failures[(failure.code, failure.message)] = failure
+                    failed.setdefault((failure.code, failure.message), (failure, []))[1].append(
+                        topic)
         # A missing ACL fails every topic alike: one error says so, not one per topic.
-        for key, names in failed.items():
+        for failure, names in failed.values():
             if len(names) == 1:
-                errors.append(collection_error(Stage.TOPIC_CONFIGS, failures[key],
-                                               topic=names[0]))
+                errors.append(collection_error(Stage.TOPIC_CONFIGS, failure, topic=names[0]))
             else:
                 shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
                 errors.append(collection_error(Stage.TOPIC_CONFIGS, dataclasses.replace(
-                    failures[key], message=f"{len(names)} topics ({shown}): {key[1]}")))
+                    failure, message=f"{len(names)} topics ({shown}): {failure.message}")))
         return found
 
     def _record_timestamps(self, groups: Sequence[Group],
