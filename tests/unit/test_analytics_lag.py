@@ -81,6 +81,17 @@ def test_rates_without_gain_never_catch_up(spark: SparkSession) -> None:
     assert (last["lag"], last["catch_up_s"]) == (100, None)
 
 
+def test_rates_start_at_the_first_known_offset(spark: SparkSession) -> None:
+    # The first snapshot saw the group before its first commit (no committed offset) and
+    # the partition's offsets unread: the rates start at the first row that knows each,
+    # not a window later. Committed 0 at 30 s, 600 at 60 s: 20/s; HW 400 at 30 s, 850 at
+    # 60 s: 15/s.
+    rows = mart(spark, [committed(0, None), committed(30, 0), committed(60, 600)],
+                [log(0, None), log(30, 400), log(60, 850)])
+    assert [r["consumption_rate"] for r in rows] == [None, None, pytest.approx(20.0)]
+    assert [r["production_rate"] for r in rows] == [None, None, pytest.approx(15.0)]
+
+
 def test_catch_up_when_gaining(spark: SparkSession) -> None:
     commits = [committed(0, 0), committed(100, 1500)]
     logs = [log(0, 500), log(100, 1600)]  # produce 11/s, consume 15/s, lag 100

@@ -7,7 +7,8 @@ Definitions (DESIGN.md, "Analytics definitions"):
   watermark, reported, never hidden). ``lag_beyond_retention``: the committed offset is below
   the log start, so records the group never read are gone.
 - Rates over a trailing window (``rate_window_s``): production = delta high watermark / delta
-  t, consumption = delta committed / delta t. ``catch_up_s`` = lag / (consumption -
+  t, consumption = delta committed / delta t, each from the window's first row where that
+  offset is known (a group's first commit after the first snapshot). ``catch_up_s`` = lag / (consumption -
   production) when the group gains on the log, 0 when caught up, null when it does not gain.
 - History segments: a high watermark that goes down (the topic was deleted and re-created)
   starts a new segment; rates and time lag never reach across one.
@@ -111,11 +112,21 @@ def with_rates(lag: DataFrame, rate_window_s: int = 300) -> DataFrame:
     frame = with_segments(lag, GROUP_PARTITION).withColumn("_t", _seconds("snapshot_ts"))
     trailing = (Window.partitionBy(*GROUP_PARTITION, "segment").orderBy("_us")
                 .rangeBetween(-rate_window_s * 1_000_000, 0))
-    first = {c: F.first(c).over(trailing) for c in ("_t", "high_watermark", "committed_offset")}
-    dt = F.col("_t") - first["_t"]
-    production = F.when(dt > 0, (F.col("high_watermark") - first["high_watermark"]) / dt)
-    delta_committed = F.col("committed_offset") - first["committed_offset"]
-    consumption = F.when((dt > 0) & (delta_committed >= 0), delta_committed / dt)
+
+    def since_first_known(column: str) -> tuple[Column, Column]:
+        """The change of ``column`` since the window's first row where it is known, and the
+        seconds since that row. Not since the window's first row: a group that had not
+        committed yet at the first snapshot (its committed offset null there) would have no
+        consumption rate for a whole window, and every rule that reads it none either."""
+        known = F.col(column).isNotNull()
+        first_value = F.first(column, ignorenulls=True).over(trailing)
+        first_t = F.first(F.when(known, F.col("_t")), ignorenulls=True).over(trailing)
+        return F.col(column) - first_value, F.col("_t") - first_t
+
+    produced, produced_dt = since_first_known("high_watermark")
+    production = F.when(produced_dt > 0, produced / produced_dt)
+    consumed, consumed_dt = since_first_known("committed_offset")
+    consumption = F.when((consumed_dt > 0) & (consumed >= 0), consumed / consumed_dt)
     frame = frame.withColumn("production_rate", production) \
         .withColumn("consumption_rate", consumption)
     gain = F.col("consumption_rate") - F.col("production_rate")
