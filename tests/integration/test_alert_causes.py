@@ -19,10 +19,13 @@ first, with its evidence. The scenarios run side by side, one group each:
   ``max.poll.interval.ms`` (45 s here) passes, and the stuck-rebalance alert names it;
 - ``loss``: a topic that keeps 1 MB a partition (``retention.bytes``, a segment a second;
   the broker checks retention every second), 1 KB records; its consumer reads about 30 a
-  second a partition and keeps up with 10, then production goes to 60: the log fills and
-  deletes, the lag eats the headroom, and the loss forecast fires (naming the surge) before
-  the log start passes the committed offset, its forecast time within one snapshot interval
-  of the loss; a second group on the same topic that keeps up gets no forecast.
+  second a partition and keeps up with 15; once the log is full and deleting, production
+  goes to 60: the lag eats the headroom (about 30 s of it), and the loss forecast fires
+  (naming the surge) before the log start passes the committed offset, its forecast time
+  within one snapshot interval of the loss; a second group on the same topic that keeps up
+  gets no forecast. The surge waits for the deletion so that the time to the loss does not
+  depend on how fast the passes run (a surge into a log still filling left the forecast one
+  pass, or none, before the loss).
 
 A killed member (still listed, then expired) and a storm's churning members are named in
 tests/integration/test_fast_detection.py; a coordinator moving in test_alert_unknown.py.
@@ -47,7 +50,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from conftest import _cluster, _running, unique
-from kafkautil import commit_offsets, create_topic, produce_counts
+from kafkautil import admin, commit_offsets, create_topic, produce_counts
 from pipeline_loop import Loop
 
 from groupscope.serve.alerting.airflow_channels import build_channels
@@ -166,15 +169,22 @@ def _firings(webhook: WebhookCatcher) -> dict[tuple[str, str], dict[str, Any]]:
 LOSS_TOPIC = {"retention.bytes": "1000000", "segment.ms": "1000"}
 
 
-def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str, keeper: str,
-                                              firings: dict[tuple[str, str], Any]) -> None:
-    """The forecast fired at a snapshot before the first one that saw the loss, and the
-    time it forecast is within one snapshot interval of the loss (which came between the last
-    snapshot without it and the first with it)."""
-    from sqlalchemy import create_engine, text
+def _deleting(client: Any, topic: str) -> bool:
+    """Retention has deleted from every partition of ``topic`` (its log start moved)."""
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import OffsetSpec
 
-    from groupscope.serve.grafana.dashboards import build_all
-    from groupscope.serve.grafana.macros import expand
+    futures = client.list_offsets(
+        {KafkaTopicPartition(topic, p): OffsetSpec.earliest() for p in range(3)},
+        request_timeout=10)
+    return all(f.result().offset > 0 for f in futures.values())
+
+
+def _loss_timeline(url: str, cluster: str, group: str, keeper: str) -> tuple[Any, Any]:
+    """Per snapshot of the loss group: the loss seen on any partition, and the forecast of
+    the partition forecast first (its own basis); and the keeper's forecasts and rows.
+    Printed, so that a failed run shows the timeline whatever failed."""
+    from sqlalchemy import create_engine, text
 
     engine = create_engine(url)
     try:
@@ -188,6 +198,14 @@ def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str
                 " FROM mart.partition_lag WHERE cluster = :c AND group_id = :g"
                 " ORDER BY snapshot_ts, loss_in_s NULLS LAST, partition"),
                 {"c": cluster, "g": group}).all()
+            # Every partition's row, for a run whose forecast did not come as expected.
+            partitions = conn.execute(text(
+                "SELECT to_char(snapshot_ts, 'HH24:MI:SS'), partition, lag, log_start_offset,"
+                "       committed_offset, round(production_rate::numeric, 1),"
+                "       round(consumption_rate::numeric, 1), round(lag_growth_rate::numeric, 1),"
+                "       round(loss_in_s::numeric, 1), loss_basis"
+                " FROM mart.partition_lag WHERE cluster = :c AND group_id = :g"
+                " ORDER BY snapshot_ts, partition"), {"c": cluster, "g": group}).all()
             kept_up = conn.execute(text(
                 "SELECT count(*) FILTER (WHERE loss_in_s IS NOT NULL), count(*)"
                 " FROM mart.partition_lag WHERE cluster = :c AND group_id = :g"),
@@ -195,7 +213,25 @@ def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str
     finally:
         engine.dispose()
     shown = [(r.snapshot_ts.strftime("%H:%M:%S"), r.lost, r.loss_in_s, r.basis) for r in rows]
-    print(f"loss group, per snapshot: {shown}; keeper: {kept_up}", flush=True)
+    print(f"loss group, per snapshot: {shown}; keeper: {kept_up}; per partition (time, "
+          "partition, lag, log start, committed, production, consumption, growth, loss in, "
+          f"basis): {[tuple(r) for r in partitions]}", flush=True)
+    return rows, kept_up
+
+
+def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str,
+                                              timeline: tuple[Any, Any],
+                                              firings: dict[tuple[str, str], Any]) -> None:
+    """The forecast fired at a snapshot before the first one that saw the loss, and the
+    time it forecast is within one snapshot interval of the loss (which came between the last
+    snapshot without it and the first with it)."""
+    from sqlalchemy import create_engine
+
+    from groupscope.serve.grafana.dashboards import build_all
+    from groupscope.serve.grafana.macros import expand
+
+    rows, kept_up = timeline
+    shown = [(r.snapshot_ts.strftime("%H:%M:%S"), r.lost, r.loss_in_s, r.basis) for r in rows]
     first_lost = next(i for i, r in enumerate(rows) if r.lost)
     assert first_lost > 0, shown
     forecast = next(i for i, r in enumerate(rows) if r.loss_in_s is not None
@@ -260,7 +296,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
     keeper = unique("keeper")
     producing = Producing(bootstrap, {groups["leaver"]: 15, groups["poison"]: 15,
                                       groups["surge"]: 10, groups["slower"]: 30,
-                                      groups["stuck"]: 15, groups["loss"]: 30},
+                                      groups["stuck"]: 15, groups["loss"]: 45},
                           sizes={groups["loss"]: 1000})
     readers = {"poison": Reading(bootstrap, groups["poison"], groups["poison"]),
                "surge": Reading(bootstrap, groups["surge"], groups["surge"],
@@ -275,6 +311,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
     joiner = Reading(bootstrap, groups["stuck"], groups["stuck"], client_id="joiner", **STUCK)
     leaver = _member(bootstrap, groups["leaver"], groups["leaver"])
     produce_counts(bootstrap, groups["rewind"], [100, 100, 100])
+    client = admin(bootstrap)
     commit_offsets(bootstrap, groups["rewind"], {(groups["rewind"], p): 80 for p in range(3)})
     loop = Loop(unique("causes"), bootstrap, postgres.url, tmp_path / "landing", spark,
                 channels, rules)
@@ -318,21 +355,25 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                 leaver.stdin.write("close\n")
                 leaver.stdin.flush()
                 producing.rates[groups["surge"]] = 100
-                producing.rates[groups["loss"]] = 180
                 readers["slower"].per_record_s = 0.05
                 commit_offsets(bootstrap, groups["rewind"],
                                {(groups["rewind"], p): 10 for p in range(3)})
                 readers["blocked"].blocked.set()
+            if "faults" in events and "loss" not in events and _deleting(client,
+                                                                         groups["loss"]):
+                events["loss"] = seconds()
+                producing.rates[groups["loss"]] = 180
             if len(loop.summaries) >= 10 and "join" not in events:
                 # Two passes after the handler blocked: its partitions already silent.
                 events["join"] = seconds()
                 joiner.start()
         firings = _firings(webhook)
-        print(f"poison at {events.get('poison')} s, faults at {events.get('faults')} s, join at "
-              f"{events.get('join')} s; "
+        print(f"poison at {events.get('poison')} s, faults at {events.get('faults')} s, loss "
+              f"surge at {events.get('loss')} s, join at {events.get('join')} s; "
               f"{len(loop.summaries)} passes in {seconds():.0f} s; firing: "
               + "; ".join(f"{g} {r} after {i.get('since')}: {[c['kind'] for c in i['causes']]}"
                           for (g, r), i in firings.items()), flush=True)
+        timeline = _loss_timeline(postgres.url, loop.cluster.name, groups["loss"], keeper)
         for name, (rule, kind, evidence) in expect.items():
             incident = firings.get((groups[name], rule))
             assert incident is not None, (name, sorted(firings), webhook.texts)
@@ -357,7 +398,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
         # keeps up with the deleting log.
         assert {g for g, _ in firings} == set(groups.values()), sorted(firings)
         _assert_the_forecast_came_before_the_loss(postgres.url, loop.cluster.name,
-                                                  groups["loss"], keeper, firings)
+                                                  groups["loss"], timeline, firings)
     finally:
         producing.stopping.set()
         for reader in [*readers.values(), joiner]:

@@ -7,6 +7,11 @@ serves every group at once: the scenarios overlap in time.
 The session timeout is the clients' default (45 s), never shortened: what is compressed is
 the snapshot interval (a pass every few seconds) and the commit interval of the consumers
 (auto-commit every second, so that a snapshot sees an advance each time: a steady rhythm).
+"Before the session timeout" is asserted on the data, not on the test's clock: the snapshot
+whose STOP fired still listed every dead member (the coordinator had not expired them), and
+the FIRING came at the evaluation of that very snapshot. How many seconds that takes under
+the ``./run`` defaults is a benchmark (docs/benchmarks.md, P4): on a slow machine the passes
+are slower and the seconds longer, with the same snapshots.
 
 - ``single`` (1 member) and ``trio-all`` (3 members), every member killed with ``kill -9``:
   STOP (``progress_stopped``) and a FIRING before the session timeout, while the dead members
@@ -58,6 +63,9 @@ pytestmark = pytest.mark.integration
 CLUSTER = "fast"
 MEMBER = Path(__file__).resolve().parents[1] / "member_process.py"
 SESSION_TIMEOUT_S = 45.0  # librdkafka's default, not set anywhere here
+# The loop ends once the storm resolved and trio-one recovered (about 70 s here); this is
+# the bound for a slow machine, whose passes take longer.
+LOOP_LIMIT_S = 240.0
 COMMIT_EVERY_SECOND = ("enable.auto.commit=true", "auto.commit.interval.ms=1000")
 GROUPS = ("single", "trio-all", "trio-one", "joins", "coop", "paused", "timer", "once", "slow",
           "storm")
@@ -235,7 +243,7 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
                     "LIMIT 1"), {"c": CLUSTER}).one()) == ("OK", 2)
 
         closed, storm_stopped = False, None
-        while seconds() < SESSION_TIMEOUT_S + 35:
+        while seconds() < LOOP_LIMIT_S:
             loop.once()
             for body in webhook.bodies:
                 for incident in body["incidents"]:
@@ -258,13 +266,11 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
             if storm_stopped and ("storm", "resolved") in arrivals and recovered():
                 break
 
-        # Notified before the session timeout, for the two groups that stopped; the storm
-        # once, and resolved once after it ended; nothing else, ever.
+        # The two groups that stopped notified; the storm once, and resolved once after it
+        # ended; nothing else, ever.
         assert sorted(arrivals) == [("single", "firing"), ("storm", "firing"),
                                     ("storm", "resolved"), ("trio-all", "firing")], (
             arrivals, webhook.texts)
-        assert arrivals[("single", "firing")] < SESSION_TIMEOUT_S, arrivals
-        assert arrivals[("trio-all", "firing")] < SESSION_TIMEOUT_S, arrivals
         assert storm_stopped is not None and arrivals[("storm", "resolved")] > storm_stopped
         notified = [(i["group"], i["notification"]) for b in webhook.bodies
                     for i in b["incidents"]]
@@ -311,6 +317,16 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
             hourly = conn.execute(text(
                 "SELECT count(*) FROM mart.rebalance_events WHERE cluster = :c"),
                 {"c": CLUSTER}).scalar_one()
+            # The evaluation each stopped group's FIRING came at (a pass's snapshot and its
+            # evaluation share their time).
+            fired_at = dict(conn.execute(text(
+                "SELECT group_id, min(firing_at) FROM ops.alert_incidents WHERE cluster = :c "
+                "AND rule = 'group_err' AND group_id IN ('single', 'trio-all') "
+                "GROUP BY group_id"), {"c": CLUSTER}).all())
+            first_stop_ts = dict(conn.execute(text(
+                "SELECT group_id, min(snapshot_ts) FROM mart.group_status WHERE cluster = :c "
+                "AND stop_partitions > 0 AND snapshot_ts > :k GROUP BY group_id"),
+                {"c": CLUSTER, "k": killed_ts}).all())
             single_causes = conn.execute(text(
                 "SELECT details->'causes' FROM ops.alert_incidents WHERE cluster = :c AND "
                 "group_id = 'single' AND rule = 'group_err' ORDER BY started_at DESC LIMIT 1"),
@@ -319,8 +335,10 @@ def test_stops_before_the_session_timeout_one_storm_and_no_false_alarm(
         # committing until the coordinator removed it, no LeaveGroup.
         assert [c["kind"] for c in single_causes][:1] == ["member_crashed"], single_causes
         # The dead members were still listed when the STOP came (their sessions had not
-        # expired), and the reason names the evidence.
+        # expired: before the session timeout), the FIRING came at the evaluation of that
+        # snapshot, and the reason names the evidence.
         assert first_stop == {"single": 1, "trio-all": 3}, first_stop
+        assert fired_at == first_stop_ts, (fired_at, first_stop_ts)
         assert sorted(reasons) == ["single", "trio-all"]
         # The false-alarm groups were never judged stopped or stalled; the slow consumer,
         # committing steadily while its lag grows, is WARN (falling behind).
