@@ -8,8 +8,9 @@ Definitions (DESIGN.md, "Analytics definitions"):
   the log start, so records the group never read are gone.
 - Rates over a trailing window (``rate_window_s``): production = delta high watermark / delta
   t, consumption = delta committed / delta t, each from the window's first row where that
-  offset is known (a group's first commit after the first snapshot). ``catch_up_s`` = lag / (consumption -
-  production) when the group gains on the log, 0 when caught up, null when it does not gain.
+  offset is known (a group's first commit after the first snapshot). ``catch_up_s`` = lag /
+  (consumption - production) when the group gains on the log, 0 when caught up, null when it
+  does not gain.
 - History segments: a high watermark that goes down (the topic was deleted and re-created)
   starts a new segment; rates and time lag never reach across one.
 
