@@ -3,9 +3,7 @@ crash (SIGKILL: no LeaveGroup) or a static member's restart.
 
 Prints ``ASSIGNED <n> <member_id> <topic:partition,...>`` on each assignment callback.
 Commands: ``subscribe t1,t2`` (a subscription change), ``close`` (a graceful leave; a static
-member's close sends no LeaveGroup, as KIP-345 says), ``block`` (stops polling for good, as a
-handler that never returns: librdkafka keeps heartbeating until ``max.poll.interval.ms``; the
-test kills the process).
+member's close sends no LeaveGroup, as KIP-345 says).
 
     python tests/member_process.py BOOTSTRAP GROUP TOPICS [KEY=VALUE ...]
 """
@@ -40,9 +38,6 @@ def main() -> None:
         if not ready:
             continue
         line = sys.stdin.readline().strip()
-        if line == "block":
-            while True:
-                select.select([], [], [], 3600)
         if line.startswith("subscribe "):
             consumer.subscribe(line.split(" ", 1)[1].split(","), on_assign=on_assign)
         elif line in ("close", ""):

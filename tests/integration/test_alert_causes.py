@@ -107,7 +107,8 @@ class Producing(threading.Thread):
 
 class Reading(threading.Thread):
     """A member of ``group`` reading ``topic``, committing what it processed every second;
-    ``per_record_s`` of work per record; ``poisoned`` stops the processing of partition 0."""
+    ``per_record_s`` of work per record; ``poisoned`` stops the processing of partition 0;
+    ``blocked`` stops its polling altogether (a handler that never returns)."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, per_record_s: float = 0.0,
                  client_id: str = "reader", **config: Any) -> None:
@@ -117,6 +118,7 @@ class Reading(threading.Thread):
                                   "client.id": client_id, **config})
         self.topic, self.per_record_s = topic, per_record_s
         self.stopping, self.poisoned = threading.Event(), threading.Event()
+        self.blocked = threading.Event()
         self.consumed = 0
 
     def run(self) -> None:
@@ -124,6 +126,9 @@ class Reading(threading.Thread):
         processed: dict[int, int] = {}
         committed_at, paused = time.monotonic(), False
         while not self.stopping.is_set():
+            if self.blocked.is_set():
+                time.sleep(0.1)
+                continue
             if self.poisoned.is_set() and not paused:
                 self.consumer.pause([TopicPartition(self.topic, 0)])
                 paused = True
@@ -142,13 +147,11 @@ class Reading(threading.Thread):
         self.consumer.close()
 
 
-def _member(bootstrap: str, group: str, topic: str, client_id: str | None = None,
-            *config: str) -> subprocess.Popen[str]:
-    """A member in a process of its own, auto-committing every second what it polled."""
+def _member(bootstrap: str, group: str, topic: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen([sys.executable, str(MEMBER), bootstrap, group, topic,
                              "enable.auto.commit=true", "auto.commit.interval.ms=1000",
-                             f"client.id={client_id or group + '-member'}", *config],
+                             f"client.id={group}-member"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
 
@@ -299,15 +302,13 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                "surge": Reading(bootstrap, groups["surge"], groups["surge"],
                                 per_record_s=0.025),
                "slower": Reading(bootstrap, groups["slower"], groups["slower"]),
+               "blocked": Reading(bootstrap, groups["stuck"], groups["stuck"],
+                                  client_id="blocked-handler", **STUCK),
+               "steady": Reading(bootstrap, groups["stuck"], groups["stuck"],
+                                 client_id="steady-handler", **STUCK),
                "loss": Reading(bootstrap, groups["loss"], groups["loss"], per_record_s=1 / 90),
                "keeper": Reading(bootstrap, keeper, groups["loss"])}
-    # The stuck group's members in processes of their own: closing a consumer in the middle of
-    # the rebalance it is stuck in can deadlock librdkafka's close while it holds the GIL
-    # (seen: a rebalance callback's assign waiting forever), which froze the whole test run.
-    stuck = {name: _member(bootstrap, groups["stuck"], groups["stuck"], f"{name}-handler",
-                           *(f"{k}={v}" for k, v in STUCK.items()))
-             for name in ("blocked", "steady")}
-    joiner: subprocess.Popen[str] | None = None
+    joiner = Reading(bootstrap, groups["stuck"], groups["stuck"], client_id="joiner", **STUCK)
     leaver = _member(bootstrap, groups["leaver"], groups["leaver"])
     produce_counts(bootstrap, groups["rewind"], [100, 100, 100])
     client = admin(bootstrap)
@@ -357,9 +358,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                 readers["slower"].per_record_s = 0.05
                 commit_offsets(bootstrap, groups["rewind"],
                                {(groups["rewind"], p): 10 for p in range(3)})
-                assert stuck["blocked"].stdin is not None
-                stuck["blocked"].stdin.write("block\n")
-                stuck["blocked"].stdin.flush()
+                readers["blocked"].blocked.set()
             if "faults" in events and "loss" not in events and _deleting(client,
                                                                          groups["loss"]):
                 events["loss"] = seconds()
@@ -367,8 +366,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
             if len(loop.summaries) >= 10 and "join" not in events:
                 # Two passes after the handler blocked: its partitions already silent.
                 events["join"] = seconds()
-                joiner = _member(bootstrap, groups["stuck"], groups["stuck"], "joiner",
-                                 *(f"{k}={v}" for k, v in STUCK.items()))
+                joiner.start()
         firings = _firings(webhook)
         print(f"poison at {events.get('poison')} s, faults at {events.get('faults')} s, loss "
               f"surge at {events.get('loss')} s, join at {events.get('join')} s; "
@@ -403,13 +401,12 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                                                   groups["loss"], timeline, firings)
     finally:
         producing.stopping.set()
-        for reader in readers.values():
+        for reader in [*readers.values(), joiner]:
             reader.stopping.set()
-        for process in [leaver, *stuck.values(), *([joiner] if joiner else [])]:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        for thread in [*readers.values(), producing]:
+        if leaver.poll() is None:
+            leaver.kill()
+            leaver.wait()
+        for thread in [*readers.values(), joiner, producing]:
             if thread.is_alive():
                 thread.join(15)
         webhook.stop()
