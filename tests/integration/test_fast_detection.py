@@ -62,7 +62,6 @@ pytestmark = pytest.mark.integration
 
 CLUSTER = "fast"
 MEMBER = Path(__file__).resolve().parents[1] / "member_process.py"
-SESSION_TIMEOUT_S = 45.0  # librdkafka's default, not set anywhere here
 # The loop ends once the storm resolved and trio-one recovered (about 70 s here); this is
 # the bound for a slow machine, whose passes take longer.
 LOOP_LIMIT_S = 240.0
