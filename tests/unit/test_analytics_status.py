@@ -479,3 +479,34 @@ def test_progress_stopped_is_the_whole_groups_progress(group_case_rows: dict[str
     reason = next(iter(stopped.values()))[2]
     assert f"{len(stopped)} of {len(partitions)} partitions of the group: no commit for" \
         in reason, reason
+
+
+def test_a_partition_whose_high_watermark_is_unread_keeps_the_last_one_read(
+        spark: SparkSession) -> None:
+    """A member commits every 30 s, 10 records behind, until its partition's leader goes down
+    at 300 s: from then on the high watermark cannot be read (null) and the committed offset
+    is frozen. The lag is the last high watermark read minus the committed offset, so the
+    partition STALLs as it would have with the offset known, and its reason says where the lag
+    came from; a high watermark read longer than the history ago is not kept."""
+    rows = []
+    for seconds in range(0, 630, 30):
+        offline = seconds > 300
+        committed = min(seconds, 300) * 2
+        hw = None if offline else committed + 10
+        rows.append(("c", T0 + timedelta(seconds=seconds), "offline", "t", 0, committed, hw,
+                     None if hw is None else hw - committed))
+    groups = [_group_row(r[1], "offline", 1) for r in rows]
+    statuses = sorted(partition_status(spark.createDataFrame(rows, SCHEMA),
+                                       spark.createDataFrame(groups, GROUPS),
+                                       StatusSettings(halt_after_s=math.inf)).collect(),
+                      key=lambda r: r["snapshot_ts"])
+    last = statuses[-1]
+    assert (last["status"], last["rule"], last["lag"]) == ("STALL", "stalled", 10)
+    assert "high watermark not read at this snapshot (its leader down?): lag from the one " \
+           "read 300 s before" in last["reason"]
+    assert ["not read" in r["reason"] for r in statuses] == [False] * 11 + [True] * 10
+    short = max(partition_status(spark.createDataFrame(rows, SCHEMA),
+                                 spark.createDataFrame(groups, GROUPS),
+                                 StatusSettings(halt_after_s=math.inf, history_s=240)).collect(),
+                key=lambda r: r["snapshot_ts"])
+    assert short["lag"] is None and short["status"] == "OK"

@@ -30,7 +30,7 @@ def ts(i: int) -> datetime:
 
 
 # A partition's history: snapshot i -> (member, committed, high watermark).
-History = Callable[[int], tuple[str | None, int, int]]
+History = Callable[[int], tuple[str | None, int, int | None]]
 
 
 def evidence(snapshots: int, partitions: dict[tuple[str, int], History], *,
@@ -38,14 +38,19 @@ def evidence(snapshots: int, partitions: dict[tuple[str, int], History], *,
              changes: Sequence[Change] = (), coordinator: Callable[[int], int] = lambda i: 1,
              complete: Callable[[int], bool] = lambda i: True, generations: int = 1,
              state: Callable[[int], str] | None = None,
-             unreconciled: dict[str, tuple[int, int]] | None = None) -> Evidence:
+             unreconciled: dict[str, tuple[int, int]] | None = None,
+             leader: Callable[[int, tuple[str, int]], int] = lambda i, key: 1) -> Evidence:
+    """A history returning None for the high watermark: not read (its leader down)."""
     points, parts, totals = [], [], []
     for i in range(snapshots):
         produced = committed = lag = 0
         for (topic, partition), history in partitions.items():
             member, offset, hw = history(i)
-            parts.append(PartitionPoint(ts(i), topic, partition, member, offset, hw - offset))
-            produced, committed, lag = produced + hw, committed + offset, lag + hw - offset
+            known = hw if hw is not None else offset
+            parts.append(PartitionPoint(ts(i), topic, partition, member, offset,
+                                        None if hw is None else hw - offset,
+                                        leader(i, (topic, partition))))
+            produced, committed, lag = produced + known, committed + offset, lag + known - offset
         totals.append(Totals(ts(i), produced, committed, lag))
         now = state(i) if state else "Stable" if members_at(i) else "Empty"
         points.append(GroupPoint(ts(i), now, members_at(i),
@@ -170,8 +175,8 @@ def test_no_evidence_names_nothing_and_the_message_says_so() -> None:
                          "member_count": 1, "state": "Stable"})
     assert cause_lines(incident) == [
         "Likely cause: none known (no member crashed or left, no stuck record, rebalance "
-        "storm, coordinator move, producer surge, slow consumer or rewind in the group's last "
-        "hour)."]
+        "storm, coordinator or partition leader move, producer surge, slow consumer or rewind "
+        "in the group's last hour)."]
 
 
 def test_the_message_names_the_likeliest_cause_first_then_the_others() -> None:
@@ -229,3 +234,46 @@ def test_a_hung_member_whose_partitions_stopped_one_by_one_is_not_a_poison_recor
                ("orders", 2): steady(stop_at=13)}
     found = rank(evidence(20, history), "group_status_err")
     assert kinds(found) == ["members_silent"], found
+
+
+def _offline_from(i: int, hw_too: bool) -> History:
+    """Partition 1 of three: broker 2 leads it until snapshot 16, when it goes down (no
+    replica to take over): no commit since, and (``hw_too``) no high watermark read."""
+    history = steady(stop_at=16)
+
+    def at(j: int) -> tuple[str | None, int, int | None]:
+        member, offset, hw = history(j)
+        return member, offset, None if hw_too and j >= i else hw
+    return at
+
+
+def test_a_partition_whose_broker_went_down_names_the_broker_not_a_poison_record() -> None:
+    partitions = {("orders", 0): steady(), ("orders", 1): _offline_from(16, hw_too=True),
+                  ("orders", 2): steady()}
+
+    def offline(i: int, key: tuple[str, int]) -> int:
+        return -1 if key == ("orders", 1) and i >= 16 else 2 if key == ("orders", 1) else 1
+    found = rank(evidence(21, partitions, leader=offline), "group_status_err")
+    assert kinds(found)[0] == "partition_leader"
+    assert "stuck_on_record" not in kinds(found)
+    assert found[0].evidence.startswith(
+        "orders[1] (led by broker 2 before; commits stopped 10:04:00Z) has had no leader since"
+        " 10:04:00Z: broker 2 down")
+
+
+def test_a_leader_move_as_commits_stopped_is_named_and_an_old_one_is_not() -> None:
+    partitions = {("orders", 0): steady(), ("orders", 1): steady(stop_at=16),
+                  ("orders", 2): steady()}
+
+    def moved_at(at: int) -> Callable[[int, tuple[str, int]], int]:
+        return lambda i, key: 3 if key == ("orders", 1) and i >= at else 2
+    found = rank(evidence(21, partitions, leader=moved_at(17)), "group_status_err")
+    assert kinds(found)[0] == "partition_leader"
+    assert found[0].evidence.startswith(
+        "orders[1] from broker 2 to broker 3 at 10:04:15Z, and its commits stopped since"
+        " 10:04:00Z")
+    assert "stuck_on_record" not in kinds(found)
+    # A move long before the commits stopped explains nothing: the frozen partition among
+    # advancing ones is then a poison record.
+    assert kinds(rank(evidence(21, partitions, leader=moved_at(3)), "group_status_err")) \
+        == ["stuck_on_record"]

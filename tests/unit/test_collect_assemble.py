@@ -264,12 +264,15 @@ def test_a_last_stable_offset_above_the_high_watermark_is_capped() -> None:
         "last_stable": {late: 13, on_time: 7, unanswered: 5},
     }
 
-    offsets = partition_offsets([late, on_time, unanswered], values)
+    # ... and each partition's leader from the metadata: -1 for one that has none (offline).
+    offsets = partition_offsets([late, on_time, unanswered], values,
+                                {("orders", 0): 2, ("orders", 1): 3, ("other", 0): -1})
 
     assert offsets == (
-        PartitionOffsets("orders", 0, log_start=0, high_watermark=10, last_stable=10),
-        PartitionOffsets("orders", 1, log_start=2, high_watermark=10, last_stable=7),
-        PartitionOffsets("other", 0, log_start=None, high_watermark=None, last_stable=5),
+        PartitionOffsets("orders", 0, log_start=0, high_watermark=10, last_stable=10, leader=2),
+        PartitionOffsets("orders", 1, log_start=2, high_watermark=10, last_stable=7, leader=3),
+        PartitionOffsets("other", 0, log_start=None, high_watermark=None, last_stable=5,
+                         leader=-1),
     )
 
 

@@ -65,6 +65,11 @@ killed in a group of several is not flagged while the group recovers by itself. 
 lost its last member is ``group_empty`` at once, and one whose every partition stopped at
 once is ``progress_stopped`` before its members' sessions expire.
 
+A partition whose high watermark was not read at a snapshot (its leader down: ListOffsets
+failed, the snapshot is partial) keeps the last one read within ``history_s``, its lag at least
+0: an unknown lag would be no lag, and a consumer stuck behind an offline partition would read
+as consuming. Its reason says so ("high watermark not read at this snapshot").
+
 Every window is bounded in time (``window_s``, ``history_s``), never "all rows read": the
 status of a snapshot does not depend on the interval a job computed it in (the job reads
 ``history_s`` more, and a margin that gives the oldest of those rows its predecessor).
@@ -218,7 +223,23 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                                              *group_columns)),
                    ["cluster", "snapshot_ts", "group_id"], "left")
              .withColumn("_us", F.unix_micros("snapshot_ts"))
-             .withColumn("_t", _t("snapshot_ts"))
+             .withColumn("_t", _t("snapshot_ts")))
+    # A partition whose high watermark could not be read (its leader down: the partition is
+    # offline, so nothing can be appended to it either) keeps the last one read within the
+    # history, as Burrow keeps its last broker offset: an unknown lag would otherwise be no
+    # lag, and a consumer stuck behind an offline partition would read as consuming.
+    hw_read = F.last(F.when(F.col("high_watermark").isNotNull(), F.struct(
+        F.col("_t").alias("t"), F.col("high_watermark").alias("hw"))),
+        ignorenulls=True).over(upto)
+    frame = (frame
+             .withColumn("_hw_read", F.when(hw_read["t"] >= F.col("_t") - settings.history_s,
+                                            hw_read))
+             .withColumn("_hw_carried", F.col("high_watermark").isNull()
+                         & F.col("_hw_read").isNotNull())
+             # (a consumer that read past it had the records the broker appended since)
+             .withColumn("lag", F.coalesce(F.col("lag"), F.when(
+                 F.col("_hw_read").isNotNull(),
+                 F.greatest(F.col("_hw_read")["hw"] - F.col("committed_offset"), F.lit(0)))))
              .withColumn("_prev_t", F.lag("_t").over(history))
              .withColumn("_d_committed",
                          F.col("committed_offset") - F.lag("committed_offset").over(history))
@@ -353,10 +374,13 @@ def partition_status(lag: DataFrame, groups: DataFrame,
             "lag %d, committed offset moved at this snapshot", F.col("lag")))
         .otherwise(F.format_string("lag %d, committed offset unchanged for %.0f s (%s)",
                                    F.col("lag"), since_advance, threshold_text)))
+    carried = F.when(F.col("_hw_carried"), F.format_string(
+        "; high watermark not read at this snapshot (its leader down?): lag from the one read"
+        " %.0f s before", F.col("_t") - F.col("_hw_read")["t"])).otherwise(F.lit(""))
     return (frame.withColumn("_rule", rule)
             .select("cluster", "snapshot_ts", "group_id", "topic", "partition",
                     status_of[F.col("_rule")].alias("status"), F.col("_rule").alias("rule"),
-                    "lag", reason.alias("reason")))
+                    "lag", F.concat(reason, carried).alias("reason")))
 
 
 def group_status(partitions: DataFrame) -> DataFrame:

@@ -241,9 +241,10 @@ def touched_partitions(
 def partition_offsets(
     partitions: Iterable[TopicPartition],
     values: Mapping[OffsetKind, Mapping[TopicPartition, int]],
+    leaders: Mapping[tuple[str, int], int] | None = None,
 ) -> tuple[PartitionOffsets, ...]:
     """One record per partition from the offsets each ListOffsets kind answered (None where
-    it did not)."""
+    it did not), with its leader from the snapshot's metadata."""
     return tuple(
         PartitionOffsets(
             topic=tp.topic,
@@ -252,6 +253,7 @@ def partition_offsets(
             high_watermark=values["high_watermark"].get(tp),
             last_stable=_at_most(values["last_stable"].get(tp),
                                  values["high_watermark"].get(tp)),
+            leader=(leaders or {}).get((tp.topic, tp.partition)),
         )
         for tp in partitions
     )

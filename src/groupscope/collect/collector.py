@@ -32,7 +32,7 @@ import gc
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -206,7 +206,7 @@ class Collector:
 
         groups = assemble_groups(listings, described, committed, metadata, classic_view)
         touched = touched_partitions(groups, metadata, errors)
-        partitions = self._partition_offsets(touched, errors)
+        partitions = self._partition_offsets(touched, errors, metadata.partition_leaders)
         record_timestamps = self._record_timestamps(groups, partitions, errors)
         retention = self._retention(sorted({p.topic for p in partitions}), errors)
         return assemble_snapshot(self.cluster, snapshot_ts, metadata, groups, partitions,
@@ -390,7 +390,8 @@ class Collector:
 
     # -- 5. partition offsets --------------------------------------------------------------
     def _partition_offsets(
-        self, partitions: list[TopicPartition], errors: list[CollectionError]
+        self, partitions: list[TopicPartition], errors: list[CollectionError],
+        leaders: Mapping[tuple[str, int], int],
     ) -> tuple[PartitionOffsets, ...]:
         """Log start, high watermark and last stable offset: three kinds of ListOffsets,
         all in flight at once (a request carries one isolation level, so they cannot merge)."""
@@ -418,7 +419,7 @@ class Collector:
                 collection_error(Stage.PARTITION_OFFSETS, failure, topic=tp.topic,
                                  partition=tp.partition)
             )
-        return partition_offsets(partitions, values)
+        return partition_offsets(partitions, values, leaders)
 
 
 def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime,

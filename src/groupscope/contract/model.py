@@ -108,6 +108,9 @@ class PartitionOffsets:
     log_start: int | None
     high_watermark: int | None
     last_stable: int | None
+    # The broker leading the partition when the snapshot's metadata was read: -1 when none
+    # does (the partition is offline), None where the metadata did not say.
+    leader: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("log_start_offset", pa.int64(), True),
         ("high_watermark", pa.int64(), True),
         ("last_stable_offset", pa.int64(), True),
+        ("leader", pa.int32(), True),
     ),
     "topics": _schema(
         ("topic", pa.string(), False),
@@ -215,6 +216,7 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
         {
             **head, "topic": p.topic, "partition": p.partition, "log_start_offset": p.log_start,
             "high_watermark": p.high_watermark, "last_stable_offset": p.last_stable,
+            "leader": p.leader,
         }
         for p in snapshot.partitions
     )

@@ -74,6 +74,8 @@ class ClusterMetadata:
     offsets_leaders: dict[int, int]  # __consumer_offsets partition -> leader broker id
     # Topics whose metadata came back with an error; they matter only if a group touches them.
     topic_errors: dict[str, CollectionError]
+    # (topic, partition) -> leader broker id, -1 when the partition has none (offline).
+    partition_leaders: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -265,12 +267,14 @@ def read_metadata(md: Any) -> ClusterMetadata:
             )
             continue
         topics[name] = TopicInfo(name, len(topic.partitions))
+    leaders = {(name, pid): p.leader for name, topic in md.topics.items()
+               if topic.error is None for pid, p in topic.partitions.items()}
     offsets_leaders: dict[int, int] = {}
     if OFFSETS_TOPIC in md.topics and md.topics[OFFSETS_TOPIC].error is None:
         offsets_leaders = {
             pid: p.leader for pid, p in md.topics[OFFSETS_TOPIC].partitions.items()
         }
-    return ClusterMetadata(set(md.brokers), topics, offsets_leaders, topic_errors)
+    return ClusterMetadata(set(md.brokers), topics, offsets_leaders, topic_errors, leaders)
 
 
 def read_listing(result: Any) -> ConsumerGroupListing:

@@ -20,6 +20,8 @@ function of that evidence and the condition the alert is about. The causes it kn
   window, and who joined and left;
 - ``coordinator_moved`` and ``broker_unreachable``: the group's coordinator changed, or a
   snapshot was partial (a broker did not answer);
+- ``partition_leader``: partitions whose commits stopped while they had no leader (their broker
+  down: the partition is offline) or just after their leader moved;
 - ``producer_surge``: production up 3x or more against the window before, while consumption
   holds;
 - ``consumer_slower``: a group that consumes, slower than production, its lag growing;
@@ -124,6 +126,7 @@ class PartitionPoint:
     member_id: str | None
     committed: int | None
     lag: int | None
+    leader: int | None = None  # -1: none (offline); None: not read
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ _WEIGHT: Mapping[str, Mapping[str, float]] = {
     "coordinator_moved": {"err": 85, "stop": 60, "lag": 40, "storm": 70, "rewind": 20,
                           "stuck": 50},
     "broker_unreachable": {"err": 80, "stop": 55, "lag": 35, "storm": 60, "stuck": 50},
+    "partition_leader": {"err": 98, "stop": 65, "lag": 75, "stuck": 45},
     "producer_surge": {"err": 20, "lag": 100},
     "consumer_slower": {"err": 30, "lag": 95},
     "rewind": {"rewind": 100, "lag": 60, "err": 20},
@@ -189,6 +193,7 @@ def rank(evidence: Evidence, condition: str) -> list[Cause]:
     found += _stuck(evidence)
     found += _storm(evidence, family)
     found += _coordinator(evidence)
+    found += _leaders(evidence)
     found += _rates(evidence)
     found += _rewinds(evidence)
     found += _rebalance_waits(evidence)
@@ -362,6 +367,7 @@ def _silent_members(evidence: Evidence,
 def _stuck(evidence: Evidence) -> list[Found]:
     """Partitions frozen with records waiting while their member's other partitions advance."""
     progress = _progress(evidence)
+    troubled = _leader_trouble(evidence, progress)
     owners: dict[str, list[tuple[str, int]]] = {}
     for point in evidence.partitions:
         if point.ts == evidence.at and point.member_id:
@@ -375,6 +381,8 @@ def _stuck(evidence: Evidence) -> list[Found]:
             points = progress.get(key, [])
             now = points[-1] if points else None
             if now is None or now.ts != evidence.at or not (now.lag or 0) > 0:
+                continue
+            if key in troubled:  # its leader's doing, not a record's
                 continue
             frozen_since = last[key] or points[0].ts
             if evidence.at - frozen_since < 3 * evidence.interval:
@@ -460,6 +468,75 @@ def _coordinator(evidence: Evidence) -> list[Found]:
                       f"{len(partial)} partial snapshot{'s' if len(partial) > 1 else ''} since"
                       f" {_clock(partial[0].ts)}, the last at {_clock(last.ts)}: "
                       f"{last.error or 'a request failed'}", last.ts))
+    return found
+
+
+def _leader_trouble(evidence: Evidence,
+                    progress: Mapping[tuple[str, int], list[PartitionPoint]]
+                    ) -> dict[tuple[str, int], tuple[str, datetime, datetime, int | None, int]]:
+    """The group's partitions at ``at`` whose commits stopped (no advance for a snapshot
+    interval) while they had no leader, or after their leader moved: partition -> (``offline``
+    or ``moved``, when that began, when its commits stopped, the leader before, the leader
+    now)."""
+    out: dict[tuple[str, int], tuple[str, datetime, datetime, int | None, int]] = {}
+    for key, points in progress.items():
+        now = points[-1]
+        if now.ts != evidence.at or now.leader is None:
+            continue
+        stopped = _silence(evidence, progress, [key], evidence.at)
+        if not isinstance(stopped, datetime) or evidence.at - stopped < evidence.interval:
+            continue
+        known = [p for p in points if p.leader is not None]
+        if now.leader < 0:
+            start = now.ts
+            for point in reversed(known):
+                if point.leader is None or point.leader >= 0:
+                    break
+                start = point.ts
+            led_by = next((p.leader for p in reversed(known)
+                           if p.ts < start and p.leader is not None and p.leader >= 0), None)
+            out[key] = ("offline", start, stopped, led_by, now.leader)
+            continue
+        moves = [(a, b) for a, b in itertools.pairwise(known)
+                 if a.leader != b.leader and (a.leader or 0) >= 0]
+        # A move that came as its commits stopped (within an interval before) explains them.
+        if moves and moves[-1][1].ts >= stopped - evidence.interval:
+            before, after = moves[-1]
+            out[key] = ("moved", after.ts, stopped, before.leader, now.leader)
+    return out
+
+
+def _leaders(evidence: Evidence) -> list[Found]:
+    troubled = _leader_trouble(evidence, _progress(evidence))
+    found: list[Found] = []
+    offline = sorted((k, v) for k, v in troubled.items() if v[0] == "offline")
+    if offline:
+        since = min(v[1] for _, v in offline)
+        brokers = sorted({v[3] for _, v in offline if v[3] is not None})
+        shown = ", ".join(f"{t}[{p}] (led by broker {v[3]} before; commits stopped"
+                          f" {_clock(v[2])})" if v[3] is not None else f"{t}[{p}]"
+                          for (t, p), v in offline[:MAX_NAMED])
+        more = f" and {len(offline) - MAX_NAMED} more" if len(offline) > MAX_NAMED else ""
+        down = (f"broker{'s' if len(brokers) > 1 else ''} {', '.join(map(str, brokers))}"
+                f" down" if brokers else "its broker down")
+        found.append((
+            "partition_leader", "a partition without a leader (its broker down)",
+            f"{shown}{more} {'have' if len(offline) > 1 else 'has'} had no leader since"
+            f" {_clock(since)}: {down} and no in-sync replica to take over, so nothing can be"
+            " read from or written to the partition until it returns (its lag is the last"
+            " high watermark read)", since))
+    moved = sorted((k, v) for k, v in troubled.items() if v[0] == "moved")
+    if moved:
+        since = max(v[1] for _, v in moved)
+        shown = ", ".join(f"{t}[{p}] from broker {v[3]} to broker {v[4]} at {_clock(v[1])}"
+                          for (t, p), v in moved[:MAX_NAMED])
+        more = f" and {len(moved) - MAX_NAMED} more" if len(moved) > MAX_NAMED else ""
+        found.append((
+            "partition_leader", "the partition leader moved",
+            f"{shown}{more}, and {'their' if len(moved) > 1 else 'its'} commits stopped"
+            f" since {_clock(min(v[2] for _, v in moved))}: the consumer has not followed the"
+            " new leader (its broker down or restarting, a preferred-leader election, or"
+            " a reassignment)", since))
     return found
 
 
@@ -685,10 +762,13 @@ GROUP BY snapshot_ts ORDER BY snapshot_ts
 """)
 
 _PARTITIONS = text("""
-SELECT snapshot_ts, topic, partition, member_id, committed_offset, lag
-FROM mart.partition_lag
-WHERE cluster = :cluster AND group_id = :group_id AND snapshot_ts >= :since
-  AND snapshot_ts <= :at
+SELECT l.snapshot_ts, l.topic, l.partition, l.member_id, l.committed_offset, l.lag, p.leader
+FROM mart.partition_lag l
+LEFT JOIN raw.partition_offsets p
+  ON p.cluster = l.cluster AND p.snapshot_ts = l.snapshot_ts AND p.topic = l.topic
+ AND p.partition = l.partition
+WHERE l.cluster = :cluster AND l.group_id = :group_id AND l.snapshot_ts >= :since
+  AND l.snapshot_ts <= :at
 """)
 
 _ASSIGNMENTS = text("""
@@ -728,7 +808,7 @@ def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: t
                      int(r.lag or 0))
               for r in conn.execute(_TOTALS, {**params, "since": since})]
     partitions = [PartitionPoint(r.snapshot_ts, r.topic, int(r.partition), r.member_id,
-                                 r.committed_offset, r.lag)
+                                 r.committed_offset, r.lag, r.leader)
                   for r in conn.execute(_PARTITIONS, {**params, "since": since})]
     generations = conn.execute(_GENERATIONS, params).one()
     assigned: dict[str, dict[str, tuple[int, list[str]]]] = {}

@@ -280,8 +280,8 @@ def cause_lines(incident: Incident) -> list[str]:
         return []
     if not found:
         return ["Likely cause: none known (no member crashed or left, no stuck record, "
-                "rebalance storm, coordinator move, producer surge, slow consumer or rewind "
-                "in the group's last hour)."]
+                "rebalance storm, coordinator or partition leader move, producer surge, slow "
+                "consumer or rewind in the group's last hour)."]
     first, *rest = found
     return [f"Likely cause: {first['title']}: {first['evidence']}.",
             *[f"Also possible: {c['title']}: {c['evidence']}." for c in rest]]
