@@ -1,4 +1,10 @@
-"""Unknown is not "resolved" (issue 24), on the real 3-broker cluster: the coordinator broker of
+"""Broker faults on the real 3-broker cluster, seen through the whole snapshot loop.
+
+The second test (issue 28): a broker stopped under a partition it alone holds, behind its
+consumer: the group STALLs, and its FIRING names the partition without a leader and the broker
+(its docstring says how).
+
+The first: unknown is not "resolved" (issue 24): the coordinator broker of
 a STOPPED group is killed (kill -9) and restarted while the snapshot loop keeps running
 (collect, gate, load, live marts on Spark, evaluate: what the snapshot and live DAGs run),
 with time compressed through settings only (passes back to back, a 6 s session timeout,
