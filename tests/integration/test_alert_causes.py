@@ -107,8 +107,7 @@ class Producing(threading.Thread):
 
 class Reading(threading.Thread):
     """A member of ``group`` reading ``topic``, committing what it processed every second;
-    ``per_record_s`` of work per record; ``poisoned`` stops the processing of partition 0;
-    ``blocked`` stops its polling altogether (a handler that never returns)."""
+    ``per_record_s`` of work per record; ``poisoned`` stops the processing of partition 0."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, per_record_s: float = 0.0,
                  client_id: str = "reader", **config: Any) -> None:
@@ -118,7 +117,6 @@ class Reading(threading.Thread):
                                   "client.id": client_id, **config})
         self.topic, self.per_record_s = topic, per_record_s
         self.stopping, self.poisoned = threading.Event(), threading.Event()
-        self.blocked = threading.Event()
         self.consumed = 0
 
     def run(self) -> None:
@@ -126,9 +124,6 @@ class Reading(threading.Thread):
         processed: dict[int, int] = {}
         committed_at, paused = time.monotonic(), False
         while not self.stopping.is_set():
-            if self.blocked.is_set():
-                time.sleep(0.1)
-                continue
             if self.poisoned.is_set() and not paused:
                 self.consumer.pause([TopicPartition(self.topic, 0)])
                 paused = True
@@ -152,6 +147,18 @@ def _member(bootstrap: str, group: str, topic: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(MEMBER), bootstrap, group, topic,
                              "enable.auto.commit=true", "auto.commit.interval.ms=1000",
                              f"client.id={group}-member"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _stuck_member(bootstrap: str, group: str, client_id: str) -> subprocess.Popen[str]:
+    """A member of the stuck group in a process of its own, committing what it processed
+    every second as ``Reading`` does: closing a consumer in the middle of the rebalance it is
+    stuck in can deadlock librdkafka's close while it holds the GIL (seen: a rebalance
+    callback's assign waiting forever), which froze a whole test run; a process is killed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, str(MEMBER), bootstrap, group, group,
+                             "commit_every_s=1", f"client.id={client_id}",
+                             *(f"{k}={v}" for k, v in STUCK.items())],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
 
@@ -302,13 +309,11 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                "surge": Reading(bootstrap, groups["surge"], groups["surge"],
                                 per_record_s=0.025),
                "slower": Reading(bootstrap, groups["slower"], groups["slower"]),
-               "blocked": Reading(bootstrap, groups["stuck"], groups["stuck"],
-                                  client_id="blocked-handler", **STUCK),
-               "steady": Reading(bootstrap, groups["stuck"], groups["stuck"],
-                                 client_id="steady-handler", **STUCK),
                "loss": Reading(bootstrap, groups["loss"], groups["loss"], per_record_s=1 / 90),
                "keeper": Reading(bootstrap, keeper, groups["loss"])}
-    joiner = Reading(bootstrap, groups["stuck"], groups["stuck"], client_id="joiner", **STUCK)
+    stuck = {name: _stuck_member(bootstrap, groups["stuck"], f"{name}-handler")
+             for name in ("blocked", "steady")}
+    joiner: subprocess.Popen[str] | None = None
     leaver = _member(bootstrap, groups["leaver"], groups["leaver"])
     produce_counts(bootstrap, groups["rewind"], [100, 100, 100])
     client = admin(bootstrap)
@@ -358,7 +363,9 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                 readers["slower"].per_record_s = 0.05
                 commit_offsets(bootstrap, groups["rewind"],
                                {(groups["rewind"], p): 10 for p in range(3)})
-                readers["blocked"].blocked.set()
+                assert stuck["blocked"].stdin is not None
+                stuck["blocked"].stdin.write("block\n")
+                stuck["blocked"].stdin.flush()
             if "faults" in events and "loss" not in events and _deleting(client,
                                                                          groups["loss"]):
                 events["loss"] = seconds()
@@ -366,7 +373,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
             if len(loop.summaries) >= 10 and "join" not in events:
                 # Two passes after the handler blocked: its partitions already silent.
                 events["join"] = seconds()
-                joiner.start()
+                joiner = _stuck_member(bootstrap, groups["stuck"], "joiner")
         firings = _firings(webhook)
         print(f"poison at {events.get('poison')} s, faults at {events.get('faults')} s, loss "
               f"surge at {events.get('loss')} s, join at {events.get('join')} s; "
@@ -401,12 +408,13 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                                                   groups["loss"], timeline, firings)
     finally:
         producing.stopping.set()
-        for reader in [*readers.values(), joiner]:
+        for reader in readers.values():
             reader.stopping.set()
-        if leaver.poll() is None:
-            leaver.kill()
-            leaver.wait()
-        for thread in [*readers.values(), joiner, producing]:
+        for process in [leaver, *stuck.values(), *([joiner] if joiner else [])]:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        for thread in [*readers.values(), producing]:
             if thread.is_alive():
                 thread.join(15)
         webhook.stop()
