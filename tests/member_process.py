@@ -40,14 +40,15 @@ def main() -> None:
     def on_assign(c: Any, partitions: list[TopicPartition]) -> None:
         nonlocal assigned
         assigned += 1
-        # Offsets processed under the last assignment are not this member's to commit now.
-        owned = {(tp.topic, tp.partition) for tp in partitions}
-        for key in [k for k in processed if k not in owned]:
-            del processed[key]
         parts = ",".join(f"{tp.topic}:{tp.partition}" for tp in partitions)
         print(f"ASSIGNED {assigned} {c.memberid()} {parts}", flush=True)
 
-    consumer.subscribe(topics.split(","), on_assign=on_assign)
+    def on_revoke(c: Any, partitions: list[TopicPartition]) -> None:
+        # Offsets processed under an assignment are not this member's to commit after it.
+        for tp in partitions:
+            processed.pop((tp.topic, tp.partition), None)
+
+    consumer.subscribe(topics.split(","), on_assign=on_assign, on_revoke=on_revoke)
     while True:
         message = consumer.poll(0.1 if not commit_every_s else 0.05)
         if message is not None and message.error() is None:
@@ -67,7 +68,8 @@ def main() -> None:
             while True:
                 select.select([], [], [], 3600)
         if line.startswith("subscribe "):
-            consumer.subscribe(line.split(" ", 1)[1].split(","), on_assign=on_assign)
+            consumer.subscribe(line.split(" ", 1)[1].split(","), on_assign=on_assign,
+                               on_revoke=on_revoke)
         elif line in ("close", ""):
             consumer.close()
             print("CLOSED", flush=True)

@@ -17,6 +17,11 @@ first, with its evidence. The scenarios run side by side, one group each:
 - ``stuck``: of two members, one stops polling (its handler blocked: librdkafka keeps
   heartbeating) and a third member joins: the rebalance waits for the blocked one until its
   ``max.poll.interval.ms`` (45 s here) passes, and the stuck-rebalance alert names it;
+- ``stuck-848``: the same in a consumer-protocol group (KIP-848): its only member stops
+  polling, and a second joins: the new target assignment moves partitions the blocked member
+  does not give up (it revokes only when it polls), so the group stays Reconciling until the
+  member is fenced (its 45 s poll interval), and the alert names the members that have not
+  reconciled, the blocked one with them;
 - ``loss``: a topic that keeps 1 MB a partition (``retention.bytes``, a segment a second;
   the broker checks retention every second), 1 KB records; its consumer reads about 30 a
   second a partition and keeps up with 15; once the log is full and deleting, production
@@ -77,6 +82,9 @@ rules:
 # The stuck group's members: a short session, and a poll interval the test can wait out.
 STUCK = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
          "max.poll.interval.ms": 45000}
+# ... and those of the consumer-protocol one (KIP-848: the broker owns the session and the
+# heartbeat; the poll interval is also the rebalance timeout that fences a member).
+STUCK_848 = {"group.protocol": "consumer", "max.poll.interval.ms": 45000}
 
 
 class Producing(threading.Thread):
@@ -150,7 +158,8 @@ def _member(bootstrap: str, group: str, topic: str) -> subprocess.Popen[str]:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
 
-def _stuck_member(bootstrap: str, group: str, client_id: str) -> subprocess.Popen[str]:
+def _stuck_member(bootstrap: str, group: str, client_id: str,
+                  settings: dict[str, Any] = STUCK) -> subprocess.Popen[str]:
     """A member of the stuck group in a process of its own, committing what it processed
     every second as ``Reading`` does: closing a consumer in the middle of the rebalance it is
     stuck in can deadlock librdkafka's close while it holds the GIL (seen: a rebalance
@@ -158,7 +167,7 @@ def _stuck_member(bootstrap: str, group: str, client_id: str) -> subprocess.Pope
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen([sys.executable, str(MEMBER), bootstrap, group, group,
                              "commit_every_s=1", f"client.id={client_id}",
-                             *(f"{k}={v}" for k, v in STUCK.items())],
+                             *(f"{k}={v}" for k, v in settings.items())],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
 
@@ -224,6 +233,35 @@ def _loss_timeline(url: str, cluster: str, group: str, keeper: str) -> tuple[Any
           "partition, lag, log start, committed, production, consumption, growth, loss in, "
           f"basis): {[tuple(r) for r in partitions]}", flush=True)
     return rows, kept_up
+
+
+def _print_membership(url: str, cluster: str, group: str) -> None:
+    """Per snapshot of a stuck group: its state, and each member's current and target
+    partition counts (what the stuck-rebalance condition and cause read). Printed, so that a
+    failed run shows them."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT to_char(g.snapshot_ts, 'HH24:MI:SS') AS at, g.state, g.member_count,"
+                "       (SELECT string_agg(m.client_id || ' ' || coalesce(a.counts, ''), '; ')"
+                "        FROM raw.group_members m LEFT JOIN LATERAL ("
+                "          SELECT string_agg(kind || '=' || n, ',') AS counts FROM ("
+                "            SELECT kind, count(*) AS n FROM raw.member_assignments x"
+                "            WHERE x.cluster = m.cluster AND x.snapshot_ts = m.snapshot_ts"
+                "              AND x.group_id = m.group_id AND x.member_id = m.member_id"
+                "            GROUP BY kind) k) a ON true"
+                "        WHERE m.cluster = g.cluster AND m.snapshot_ts = g.snapshot_ts"
+                "          AND m.group_id = g.group_id) AS members"
+                " FROM raw.consumer_groups g WHERE g.cluster = :c AND g.group_id = :g"
+                " ORDER BY g.snapshot_ts"), {"c": cluster, "g": group}).all()
+    finally:
+        engine.dispose()
+    print(f"{group}, per snapshot (state, members: client current/target): "
+          + " | ".join(f"{r.at} {r.state} {r.member_count} [{r.members}]" for r in rows),
+          flush=True)
 
 
 def _assert_the_forecast_came_before_the_loss(url: str, cluster: str, group: str,
@@ -297,13 +335,15 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
     rules = load_rules(rules_file)
     channels = build_channels(rules).channels
     groups = {name: unique(name)
-              for name in ("leaver", "poison", "surge", "slower", "rewind", "stuck", "loss")}
+              for name in ("leaver", "poison", "surge", "slower", "rewind", "stuck",
+                           "stuck-848", "loss")}
     for name, group in groups.items():
         create_topic(bootstrap, group, 3, config=LOSS_TOPIC if name == "loss" else None)
     keeper = unique("keeper")
     producing = Producing(bootstrap, {groups["leaver"]: 15, groups["poison"]: 15,
                                       groups["surge"]: 10, groups["slower"]: 30,
-                                      groups["stuck"]: 15, groups["loss"]: 45},
+                                      groups["stuck"]: 15, groups["stuck-848"]: 15,
+                                      groups["loss"]: 45},
                           sizes={groups["loss"]: 1000})
     readers = {"poison": Reading(bootstrap, groups["poison"], groups["poison"]),
                "surge": Reading(bootstrap, groups["surge"], groups["surge"],
@@ -313,7 +353,12 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                "keeper": Reading(bootstrap, keeper, groups["loss"])}
     stuck = {name: _stuck_member(bootstrap, groups["stuck"], f"{name}-handler")
              for name in ("blocked", "steady")}
-    joiner: subprocess.Popen[str] | None = None
+    # The consumer-protocol group has one member, holding every partition when it blocks:
+    # the joiner's target then takes partitions only the blocked member can give up (with a
+    # second member, the assignor may move the joiner's share from that one instead).
+    stuck_848 = {"blocked": _stuck_member(bootstrap, groups["stuck-848"],
+                                          "blocked-848-handler", STUCK_848)}
+    joiners: list[subprocess.Popen[str]] = []
     leaver = _member(bootstrap, groups["leaver"], groups["leaver"])
     produce_counts(bootstrap, groups["rewind"], [100, 100, 100])
     client = admin(bootstrap)
@@ -339,6 +384,8 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                   "slower": ("lag_records_high", "consumer_slower", "consuming"),
                   "rewind": ("partition_rewind", "rewind", "while the group had no member"),
                   "stuck": ("rebalance_stuck", "rebalance_waits", "(client blocked-handler,"),
+                  "stuck-848": ("rebalance_stuck", "rebalance_waits",
+                                "(client blocked-848-handler,"),
                   # the surge, or (once the surge is older than the 5 intervals the surge
                   # cause compares) the consumers being slower than production now
                   "loss": ("data_loss_forecast", "producer_surge|consumer_slower",
@@ -363,9 +410,10 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
                 readers["slower"].per_record_s = 0.05
                 commit_offsets(bootstrap, groups["rewind"],
                                {(groups["rewind"], p): 10 for p in range(3)})
-                assert stuck["blocked"].stdin is not None
-                stuck["blocked"].stdin.write("block\n")
-                stuck["blocked"].stdin.flush()
+                for blocked in (stuck["blocked"], stuck_848["blocked"]):
+                    assert blocked.stdin is not None
+                    blocked.stdin.write("block\n")
+                    blocked.stdin.flush()
             if "faults" in events and "loss" not in events and _deleting(client,
                                                                          groups["loss"]):
                 events["loss"] = seconds()
@@ -373,7 +421,9 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
             if len(loop.summaries) >= 10 and "join" not in events:
                 # Two passes after the handler blocked: its partitions already silent.
                 events["join"] = seconds()
-                joiner = _stuck_member(bootstrap, groups["stuck"], "joiner")
+                joiners += [_stuck_member(bootstrap, groups["stuck"], "joiner"),
+                            _stuck_member(bootstrap, groups["stuck-848"], "joiner-848",
+                                          STUCK_848)]
         firings = _firings(webhook)
         print(f"poison at {events.get('poison')} s, faults at {events.get('faults')} s, loss "
               f"surge at {events.get('loss')} s, join at {events.get('join')} s; "
@@ -381,6 +431,8 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
               + "; ".join(f"{g} {r} after {i.get('since')}: {[c['kind'] for c in i['causes']]}"
                           for (g, r), i in firings.items()), flush=True)
         timeline = _loss_timeline(postgres.url, loop.cluster.name, groups["loss"], keeper)
+        for name in ("stuck", "stuck-848"):
+            _print_membership(postgres.url, loop.cluster.name, groups[name])
         for name, (rule, kind, evidence) in expect.items():
             incident = firings.get((groups[name], rule))
             assert incident is not None, (name, sorted(firings), webhook.texts)
@@ -410,7 +462,7 @@ def test_each_cause_is_named_first_in_its_alert(broker: Any, postgres: Any, spar
         producing.stopping.set()
         for reader in readers.values():
             reader.stopping.set()
-        for process in [leaver, *stuck.values(), *([joiner] if joiner else [])]:
+        for process in [leaver, *stuck.values(), *stuck_848.values(), *joiners]:
             if process.poll() is None:
                 process.kill()
                 process.wait()

@@ -15,6 +15,7 @@ from groupscope.collect.assemble import (
     assemble_groups,
     assemble_snapshot,
     classic_descriptions,
+    consumer_group_state,
     other_protocol_listings,
     partition_offsets,
     record_timestamp_requests,
@@ -320,3 +321,19 @@ def test_the_assembly_loads_without_confluent_kafka() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, env={"PYTHONPATH": str(src)})
     assert out.stdout.strip() == "[]"
+
+
+def test_a_kip848_group_reported_unknown_with_a_member_off_its_target_is_reconciling() -> None:
+    """librdkafka knows the classic states only: Assigning and Reconciling come as Unknown."""
+    def member(name: str, current: list[int], target: list[int]) -> Member:
+        return Member(name, name, "/10.0.0.1", None,
+                      tuple(TopicPartition("orders", p) for p in current),
+                      tuple(TopicPartition("orders", p) for p in target))
+
+    blocked, joiner = member("blocked", [0, 1, 2], [0, 1]), member("joiner", [], [2])
+    settled = [member("a", [1, 0], [0, 1]), member("b", [2], [2])]
+    consumer, classic = GroupType.CONSUMER, GroupType.CLASSIC
+    assert consumer_group_state(consumer, "Unknown", [blocked, joiner]) == "Reconciling"
+    assert consumer_group_state(consumer, "Unknown", settled) == "Unknown"
+    assert consumer_group_state(consumer, "Stable", [blocked, joiner]) == "Stable"
+    assert consumer_group_state(classic, "Unknown", [blocked, joiner]) == "Unknown"

@@ -162,11 +162,12 @@ def _group(
             offsets=offsets,
             described=listing.protocol_type not in ("", "consumer"),
         )
+    group_type = (listing.group_type if described.group_type is GroupType.UNKNOWN
+                  else described.group_type)
     return Group(
         group_id=listing.group_id,
-        group_type=(listing.group_type if described.group_type is GroupType.UNKNOWN
-                    else described.group_type),
-        state=described.state,
+        group_type=group_type,
+        state=consumer_group_state(group_type, described.state, described.members),
         protocol_type=described.protocol_type,
         assignor=described.assignor,
         coordinator_id=described.coordinator_id,
@@ -174,6 +175,21 @@ def _group(
         members=_with_subscriptions(described.members, seen),
         offsets=offsets,
     )
+
+
+def consumer_group_state(group_type: GroupType, state: str,
+                         members: Sequence[Member]) -> str:
+    """The group's state, with what librdkafka cannot say put back: it knows the classic
+    states only, so a consumer-protocol (KIP-848) group that is Assigning or Reconciling
+    arrives as Unknown. Its members tell Reconciling apart: one whose current assignment is
+    not its target is still reconciling. (Assigning, the assignor not done yet, leaves no such
+    trace: it stays Unknown, and lasts a heartbeat or so.)"""
+    if state != "Unknown" or group_type is not GroupType.CONSUMER:
+        return state
+    if any(m.target_assignment is not None
+           and set(m.assignment) != set(m.target_assignment) for m in members):
+        return "Reconciling"
+    return state
 
 
 def _with_subscriptions(

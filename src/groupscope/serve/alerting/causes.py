@@ -685,7 +685,10 @@ def _rebalance_waits(evidence: Evidence) -> list[Found]:
                 " its heartbeats keep it in the group, and the rebalance waits for it to"
                 " rejoin until max.poll.interval.ms passes", since))
     if evidence.unreconciled:
-        ids = sorted(evidence.unreconciled)
+        # Those holding more than their target first: they must give partitions up before
+        # the others can have them (a member that stopped polling never does).
+        ids = sorted(evidence.unreconciled, key=lambda m: (
+            evidence.unreconciled[m][1] - evidence.unreconciled[m][0], m))
         names = [evidence.listed.get(m) or Member(m, "?", "?") for m in ids]
         shown = ", ".join(f"{name.named()} holds {evidence.unreconciled[m][0]} partitions,"
                           f" its target {evidence.unreconciled[m][1]}"
