@@ -79,8 +79,14 @@ def kafka_sasl(services_dir: Path) -> Iterator[KafkaCluster]:
 
 @pytest.fixture(scope="session")
 def postgres(services_dir: Path) -> Iterator[LocalPostgres]:
+    from groupscope import warehouse
+
     server = LocalPostgres(services_dir / "postgres", port=free_ports(1)[0])
     server.start()
+    # Migrated as the deployment does before any task runs: the stages only check it.
+    engine = warehouse.engine_for(server.url)
+    warehouse.migrate(engine)
+    engine.dispose()
     yield server
     server.destroy()
 

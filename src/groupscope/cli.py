@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,7 +54,7 @@ def _load(url: str, snapshot: Any, landed: Any) -> None:
 
     engine = warehouse.engine_for(url)
     try:
-        warehouse.ensure_migrated(engine)
+        warehouse.check_migrated(engine)
         if landed is not None:
             warehouse.load_landed(engine, landed)
         else:
@@ -61,6 +62,8 @@ def _load(url: str, snapshot: Any, landed: Any) -> None:
             warehouse.load_whatif(engine, snapshot)
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(f"{exc} (landed data, if any, is kept)", EXIT_UNAVAILABLE) from None
+    except (warehouse.WarehouseNotMigrated, warehouse.LockTimeout) as exc:
+        raise CliError(f"{exc} (landed data, if any, is kept)") from None
     finally:
         engine.dispose()
 
@@ -74,11 +77,8 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
     engine = warehouse.engine_for(args.url)
     try:
         if args.action == "migrate":
-            applied = warehouse.migrate(engine)
-            print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied)
-                                                           if applied else ""))
-            return 0
-        warehouse.ensure_migrated(engine)
+            return _migrate(engine, args)
+        warehouse.check_migrated(engine)
         loaded = warehouse.loaded_snapshot_keys(engine, args.cluster)
         pending = [
             s for s in landed_snapshots(Path(args.landing), args.cluster)
@@ -90,8 +90,29 @@ def cmd_warehouse(args: argparse.Namespace) -> int:
         return 0
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(str(exc), EXIT_UNAVAILABLE) from None
+    except (warehouse.WarehouseNotMigrated, warehouse.LockTimeout) as exc:
+        raise CliError(str(exc)) from None
     finally:
         engine.dispose()
+
+
+def _migrate(engine: Any, args: argparse.Namespace) -> int:
+    """The plan first (what is pending, how long and how much disk a copy takes), then the
+    migrations with each step as it starts; ``--plan`` stops after the plan."""
+    from groupscope import warehouse
+
+    for line in warehouse.migration_plan(engine).describe():
+        print(line, flush=True)
+    if args.plan:
+        return 0
+    started = time.monotonic()
+    applied = warehouse.migrate(engine, lock_timeout_s=args.lock_timeout
+                                or warehouse.MIGRATION_LOCK_TIMEOUT_S,
+                                progress=lambda line: print(line, flush=True))
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied
+                                                   else "")
+          + f" in {time.monotonic() - started:.1f} s")
+    return 0
 
 
 ADMIN_URL_ENV = "WAREHOUSE_ADMIN_URL"
@@ -502,6 +523,12 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     mig = wh_sub.add_parser("migrate", help="apply the schema migrations in sql/")
     mig.add_argument("--url", default=default_url, required=default_url is None,
                      help="the warehouse (default: WAREHOUSE_URL)")
+    mig.add_argument("--plan", action="store_true",
+                     help="print what would be applied, how long a table copy would take and "
+                          "the disk it needs, and change nothing")
+    mig.add_argument("--lock-timeout", type=float, metavar="SECONDS",
+                     help="give up waiting for a lock after this long, naming who holds it "
+                          "(default: half a minute)")
     load = wh_sub.add_parser("load", help="load landed snapshots not yet in the warehouse")
     load.add_argument("--url", default=default_url, required=default_url is None,
                       help="the warehouse (default: WAREHOUSE_URL)")

@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from groupscope.contract.cluster import ClusterConfig, ConfigError
+from groupscope.contract.layout import MANIFEST_TABLE
 from groupscope.contract.model import Snapshot
 from groupscope.kafka.admin import ClusterUnavailable
-from groupscope.land.snapshots import LandedSnapshot, land, landed_snapshots
+from groupscope.land.snapshots import (
+    LandedSnapshot,
+    land,
+    landed_snapshots,
+    quarantine,
+    scan_landed,
+)
 from groupscope.settings import SettingsError, load_settings, reveal
 
 if TYPE_CHECKING:
@@ -139,38 +146,54 @@ def load_generations(warehouse_url: str, landing: Path, cluster: str,
 
 
 def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
-                      backlog: timedelta = DEFAULT_BACKLOG) -> list[Any]:
-    """Landed snapshots of the last ``backlog`` not yet loaded and not rejected, oldest first."""
+                      backlog: timedelta = DEFAULT_BACKLOG) -> tuple[list[Any], list[Any]]:
+    """Landed snapshots of the last ``backlog`` not yet loaded and not rejected, oldest first;
+    and the manifests found there that cannot be read (``land.snapshots.Unreadable``)."""
     from groupscope import quality, warehouse
 
     since = now - backlog
     loaded = warehouse.loaded_snapshot_keys(engine, cluster, since)
     rejected = quality.rejected_ids(landing, cluster)
-    return [s for s in landed_snapshots(landing, cluster, since)
+    found, unreadable = scan_landed(landing, cluster, since)
+    return [s for s in found
             if s.snapshot_ts >= since and (s.cluster, s.snapshot_ts) not in loaded
-            and s.snapshot_id not in rejected]
+            and s.snapshot_id not in rejected], unreadable
 
 
 def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: datetime,
                 max_snapshots: int = DEFAULT_MAX_PER_RUN) -> list[str]:
     """Checks the pending landed snapshots (at most ``max_snapshots``, oldest first); keeps
     every result in ``ops.quality_results``; rejects the failed ones (they stay landed, marked)
-    and raises ``QualityGateFailed`` if there were any. Returns the ids that passed."""
+    and raises ``QualityGateFailed`` if there were any. Returns the ids that passed.
+
+    A snapshot whose manifest or a data file cannot be read is quarantined instead (moved to
+    ``_quarantine/`` with the reason; a failed ``landed_files`` result reports it) and the
+    others pass or fail on their own: a torn file never holds up the backlog."""
     from groupscope import quality
 
     with _warehouse(warehouse_url) as engine:
-        pending = pending_snapshots(engine, landing, cluster, checked_at)[:max_snapshots]
-        results = [quality.check_landed(s) for s in pending]
-        if results:
-            quality.record(engine, results, checked_at)
-    for snapshot, result in zip(pending, results, strict=True):
-        if not result.success:
+        pending, torn_manifests = pending_snapshots(engine, landing, cluster, checked_at)
+        pending = pending[:max_snapshots]
+        checked = [(s.path(MANIFEST_TABLE), quality.check_landed(s)) for s in pending]
+        torn = [*((u.manifest, quality.unreadable(u.cluster, u.snapshot_id, u.reason))
+                  for u in torn_manifests),
+                *((m, r) for m, r in checked if quality.is_unreadable(r))]
+        results = [r for _, r in checked if not quality.is_unreadable(r)]
+        if results or torn:
+            quality.record(engine, results + [r for _, r in torn], checked_at)
+    for manifest, result in torn:
+        folder = quarantine(landing, manifest, result.failures[0].observed)
+        log.error("quarantined landed snapshot %s, which cannot be read (in %s):\n%s",
+                  result.subject, folder, result.summary())
+    passed = [s for s, (_, r) in zip(pending, checked, strict=True) if r.success]
+    for snapshot, (_, result) in zip(pending, checked, strict=True):
+        if not result.success and not quality.is_unreadable(result):
             mark = quality.reject(snapshot, result)
             log.error("rejected landed snapshot %s (mark: %s):\n%s", snapshot.snapshot_id,
                       mark, result.summary())
     if any(not r.success for r in results):
         raise quality.QualityGateFailed(results)
-    return [s.snapshot_id for s in pending]
+    return [s.snapshot_id for s in passed]
 
 
 def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str],
@@ -402,19 +425,22 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
 
 @contextlib.contextmanager
 def _warehouse(warehouse_url: str) -> Iterator[Any]:
-    """A migrated engine for one stage (migrated once per process: a task's stages share
-    it); an unreachable warehouse becomes ``WarehouseUnreachable``, another database error
-    ``StageFailed``."""
+    """An engine for one stage, on a warehouse checked to be migrated (a task never migrates
+    it: ``groupscope warehouse migrate`` does; checked once per process); an unreachable
+    warehouse becomes ``WarehouseUnreachable``; one not migrated, a lock not granted in time
+    or another database error ``StageFailed``."""
     from sqlalchemy.exc import OperationalError
 
     from groupscope import warehouse
 
     engine = warehouse.engine_for(warehouse_url)
     try:
-        warehouse.ensure_migrated(engine)
+        warehouse.check_migrated(engine)
         yield engine
     except warehouse.WarehouseUnavailable as exc:
         raise WarehouseUnreachable(f"{exc} (landed data is kept and loads later)") from None
+    except (warehouse.WarehouseNotMigrated, warehouse.LockTimeout) as exc:
+        raise StageFailed(str(exc)) from None
     except OperationalError as exc:  # no password in it
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
         where = engine.url.render_as_string(hide_password=True)

@@ -168,6 +168,7 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
     topics = {orders: 2, single: 1}
     _produce(bootstrap, topics, 30)
     engine = warehouse.engine_for(url)
+    warehouse.migrate(engine)
     with engine.begin() as conn:  # as the owner, as anyone could have made it
         conn.exec_driver_sql("CREATE TABLE public.x (v int); INSERT INTO public.x VALUES (1)")
     # MAIN: two range members behind on both partitions, a third joins later (a rebalance,

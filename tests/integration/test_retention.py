@@ -9,6 +9,10 @@ session warehouse is shared."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -329,12 +333,7 @@ def _dashboard_results(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[An
 def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
         fresh: tuple[str, str, Engine], postgres: LocalPostgres, tmp_path: Path) -> None:
     database, _, engine = fresh
-    before_0010 = tmp_path / "migrations"
-    before_0010.mkdir()
-    for m in warehouse.migrations():
-        if m.version < 10:
-            (before_0010 / f"{m.name}.sql").write_text(m.sql)
-    assert warehouse.migrate(engine, tmp_path)[-1] == "0009_serve_views"
+    assert warehouse.migrate(engine, _migrations_before_0010(tmp_path))[-1] == "0009_serve_views"
     with engine.begin() as conn:
         conn.exec_driver_sql(FILL)
     reader_url = postgres.database_url(database, READER_ROLE, READER_PASSWORD)
@@ -371,3 +370,161 @@ def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
                                            if dict(r)["condition"] in conditions_before]
         assert {v: views_after[v] for v in views_before} == views_before
         assert _dashboard_results(reader) == panels_before
+
+
+def _migrations_before_0010(folder: Path) -> Path:
+    """A migrations folder of 0001-0009 only (``warehouse.migrate``'s ``directory``)."""
+    (folder / "migrations").mkdir()
+    for m in warehouse.migrations():
+        if m.version < 10:
+            (folder / "migrations" / f"{m.name}.sql").write_text(m.sql)
+    return folder
+
+
+# An old warehouse: 1,200 days of one snapshot a day (raw.snapshots, mart.group_lag: 1,200
+# partitions each, past create_partitions' thousand at once), and 4 days of ten-minute
+# snapshots of 2,000 committed partitions, 1,000 partition offsets and 1,000 lag rows each.
+OLD_DAYS, RECENT_SNAPSHOTS = 1200, 4 * 144
+FILL_OLD = f"""
+INSERT INTO raw.snapshots (cluster, snapshot_ts, snapshot_id, complete, group_count,
+                           partition_count, error_count)
+SELECT 'old', ts, 's' || extract(epoch FROM ts)::bigint, true, 20, 1000, 0
+FROM generate_series(timestamptz '2021-01-01 12:00Z',
+                     timestamptz '2021-01-01 12:00Z' + interval '{OLD_DAYS - 1} days',
+                     interval '1 day') ts
+UNION ALL
+SELECT 'old', ts, 's' || extract(epoch FROM ts)::bigint, true, 20, 1000, 0
+FROM generate_series(timestamptz '2024-04-20 00:05Z', timestamptz '2024-04-20 00:05Z'
+                     + interval '10 minutes' * {RECENT_SNAPSHOTS - 1}, interval '10 minutes') ts;
+INSERT INTO mart.group_lag (cluster, snapshot_ts, group_id, partitions, lag,
+                            negative_lag_partitions, beyond_retention_partitions)
+SELECT 'old', snapshot_ts, 'g', 1, 7, 0, 0 FROM raw.snapshots WHERE snapshot_ts < '2024-04-20';
+INSERT INTO raw.committed_offsets (cluster, snapshot_ts, group_id, topic, partition,
+                                   committed_offset, leader_epoch)
+SELECT 'old', s.snapshot_ts, 'g' || g, 'orders', p, p * 1000 + g, 3
+FROM raw.snapshots s, generate_series(1, 20) g, generate_series(0, 99) p
+WHERE s.snapshot_ts >= '2024-04-20';
+INSERT INTO raw.partition_offsets (cluster, snapshot_ts, topic, partition, log_start_offset,
+                                   high_watermark, last_stable_offset)
+SELECT 'old', s.snapshot_ts, 't' || t, p, 0, p * 7, p * 7
+FROM raw.snapshots s, generate_series(1, 10) t, generate_series(0, 99) p
+WHERE s.snapshot_ts >= '2024-04-20';
+INSERT INTO mart.partition_lag (cluster, snapshot_ts, group_id, topic, partition,
+                                committed_offset, high_watermark, lag, lag_beyond_retention,
+                                time_lag_kind)
+SELECT cluster, snapshot_ts, group_id, topic, partition, committed_offset,
+       committed_offset + 5, 5, false, 'interpolated'
+FROM raw.committed_offsets WHERE group_id IN ('g1', 'g2', 'g3', 'g4', 'g5', 'g6', 'g7',
+                                              'g8', 'g9', 'g10');
+ANALYZE;
+"""
+
+
+def _table_sums(conn: Any, columns: dict[str, list[str]]) -> dict[str, tuple[int, int]]:
+    """Per converted table: its row count and a sum of its rows' hashes over ``columns``
+    (the columns it had before: later migrations add some)."""
+    out = {}
+    for table, names in columns.items():
+        row = ", ".join(f'"{c}"' for c in names)
+        out[table] = tuple(conn.execute(text(
+            f"SELECT count(*), coalesce(sum(hashtextextended(ROW({row})::text, 0)), 0)"
+            f" FROM {table}")).one())
+    return out
+
+
+def _columns(conn: Any) -> dict[str, list[str]]:
+    tables = conn.execute(text(
+        "SELECT table_schema || '.' || table_name FROM information_schema.tables"
+        " WHERE table_schema IN ('raw', 'mart') AND table_type = 'BASE TABLE'")).scalars()
+    return {t: list(conn.execute(text(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema || '.' ||"
+        " table_name = :t ORDER BY ordinal_position"), {"t": t}).scalars()) for t in tables}
+
+
+def _steps_done(conn: Any) -> int:
+    return conn.execute(text("SELECT count(done_at) FROM groupscope_meta.migration_steps"
+                             " WHERE version = 10")).scalar_one()
+
+
+def test_an_old_warehouse_is_migrated_by_the_command_only_and_a_killed_migration_resumes(
+        fresh: tuple[str, str, Engine], tmp_path: Path) -> None:
+    """0009 to the latest by `groupscope warehouse migrate`, killed halfway and run again:
+    every row is kept; the tasks refuse the warehouse until it is done, with the command."""
+    database, url, engine = fresh
+    assert warehouse.migrate(engine, _migrations_before_0010(tmp_path))[-1] == "0009_serve_views"
+    started = time.monotonic()
+    with engine.begin() as conn:
+        conn.exec_driver_sql(FILL_OLD)
+    filled_s = time.monotonic() - started
+    with engine.connect() as conn:
+        columns = _columns(conn)
+        before = _table_sums(conn, columns)
+    assert len(columns) == 23
+    assert sum(n for n, _ in before.values()) > 2_300_000
+    landing = tmp_path / "landing"
+
+    # A task against the old warehouse fails at once, naming the command, and changes nothing.
+    with pytest.raises(pipeline.StageFailed,
+                       match=r"is not migrated \(8 migration\(s\) pending, from "
+                             r"0010_partition_by_time\): run `groupscope warehouse migrate`"):
+        pipeline.gate_landed(url, landing, "old", NOW)
+
+    command = [str(Path(sys.executable).parent / "groupscope"), "warehouse", "migrate",
+               "--url", url]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        # Killed once the lag mart (step 8 of 24) is converted; raw.committed_offsets, the
+        # largest, is still to come.
+        with engine.connect() as conn:
+            while (conn.execute(text("SELECT to_regclass('groupscope_meta.migration_steps')"))
+                   .scalar_one() is None or _steps_done(conn) < 8):
+                assert first.poll() is None, first.communicate()[0]
+                conn.rollback()
+                time.sleep(0.02)
+        killed_after_s = time.monotonic() - started
+        first.kill()
+        plan = first.communicate()[0]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == -signal.SIGKILL
+    # The plan came first: what it copies, how long it takes, the disk it needs.
+    assert re.search(r"copies about [\d,]+ rows \([\d.]+ MiB\), one table per transaction: "
+                     r"about [\d,]+ s at .*; needs about [\d.]+ MiB free", plan), plan
+    with engine.connect() as conn:  # the killed client's server side goes too (a host crash)
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE datname = :d AND pid <> pg_backend_pid()"), {"d": database})
+        done = _steps_done(conn)
+    assert 8 <= done < 24
+    with pytest.raises(pipeline.StageFailed,
+                       match=rf"is half-migrated \(0010_partition_by_time: {done} of 24 steps "
+                             r"done\): run `groupscope warehouse migrate` to finish it"):
+        pipeline.gate_landed(url, landing, "old", NOW)
+
+    resumed_at = time.monotonic()
+    again = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True, timeout=300)
+    resumed_s = time.monotonic() - resumed_at
+    assert f"0010_partition_by_time: resuming after step {done} of 24" in again.stdout
+    assert f"0010_partition_by_time: step {done + 1} of 24" in again.stdout
+    assert "0010_partition_by_time: step 1 of 24" not in again.stdout
+    assert "applied 8 migration(s): 0010_partition_by_time" in again.stdout
+    with engine.connect() as conn:
+        assert _table_sums(conn, columns) == before
+        kinds = conn.execute(text(
+            "SELECT DISTINCT c.relkind FROM groupscope_meta.partitioned_tables t JOIN pg_class c"
+            " ON c.oid = to_regclass(t.schema_name || '.' || t.table_name)")).scalars().all()
+        assert kinds == ["p"]
+        assert len(_partition_names(conn, "raw.snapshots")) >= OLD_DAYS + 4
+        assert len(_partition_names(conn, "mart.group_lag")) >= OLD_DAYS
+        leftovers = conn.execute(text(
+            "SELECT relname FROM pg_class WHERE relname LIKE '%unpartitioned%'"
+            " OR relname LIKE 'p0010%' UNION ALL SELECT proname FROM pg_proc"
+            " WHERE proname LIKE 'p0010%' UNION ALL SELECT 'step ' || step"
+            " FROM groupscope_meta.migration_steps")).all()
+        assert leftovers == []
+        # The views are back (raw.latest_group_lag reads raw.committed_offsets).
+        assert conn.execute(text("SELECT count(*) FROM raw.latest_group_lag")).scalar_one() > 0
+    warehouse.check_migrated(engine)  # what every task checks first
+    print(f"\nold warehouse: {sum(n for n, _ in before.values()):,} rows filled in "
+          f"{filled_s:.1f} s; the command killed after {killed_after_s - filled_s:.1f} s "
+          f"(step {done} of 24), resumed and done in {resumed_s:.1f} s\n{again.stdout}")

@@ -5,8 +5,6 @@ are migrated once per process; the CLI and the Spark job entry read through the 
 from __future__ import annotations
 
 import sys
-import threading
-import time
 import traceback
 import uuid
 from datetime import timedelta
@@ -176,18 +174,12 @@ def test_a_landing_that_is_a_file_is_named(tmp_path: Path) -> None:
 
 
 class CountingMigrate:
-    def __init__(self, fail_first: bool = False, pause_s: float = 0.0) -> None:
+    def __init__(self) -> None:
         self.calls: list[str] = []
-        self.fail_first, self.pause_s = fail_first, pause_s
-        self.lock = threading.Lock()
 
-    def __call__(self, engine: Any, directory: Path | None = None) -> list[str]:
-        with self.lock:
-            self.calls.append(engine.url.database)
-            first = len(self.calls) == 1
-        time.sleep(self.pause_s)
-        if self.fail_first and first:
-            raise warehouse.WarehouseUnavailable("warehouse is unreachable")
+    def __call__(self, engine: Any, directory: Path | None = None, **options: Any) -> list[str]:
+        self.calls.append(engine.url.database)
+        options["progress"]("0001_raw: applying")
         return ["0001_raw"]
 
 
@@ -196,60 +188,32 @@ def _url(database: str, password: str = "pw") -> str:
     return f"postgresql://gs:{password}@127.0.0.1:9/{database}"
 
 
-def test_ensure_migrated_migrates_once_per_warehouse(monkeypatch: pytest.MonkeyPatch) -> None:
+def _plan(engine: Any) -> warehouse.MigrationPlan:
+    return warehouse.MigrationPlan(pending=["0001_raw"], resumed={}, rewrite_rows=3_000_000,
+                                   rewrite_bytes=600 * 2**20, largest_bytes=200 * 2**20)
+
+
+def test_warehouse_migrate_command_prints_its_plan_then_migrates(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     migrate = CountingMigrate()
     monkeypatch.setattr(warehouse, "migrate", migrate)
-    db, other = f"wh_{uuid.uuid4().hex}", f"wh_{uuid.uuid4().hex}"
-    assert warehouse.ensure_migrated(warehouse.engine_for(_url(db))) == ["0001_raw"]
-    assert warehouse.ensure_migrated(warehouse.engine_for(_url(db))) == []
-    # The same warehouse whatever the password; another database is another warehouse.
-    assert warehouse.ensure_migrated(warehouse.engine_for(_url(db, "other"))) == []
-    assert warehouse.ensure_migrated(warehouse.engine_for(_url(other))) == ["0001_raw"]
-    assert migrate.calls == [db, other]
-
-
-def test_a_failed_migration_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    migrate = CountingMigrate(fail_first=True)
-    monkeypatch.setattr(warehouse, "migrate", migrate)
-    engine = warehouse.engine_for(_url(f"wh_{uuid.uuid4().hex}"))
-    with pytest.raises(warehouse.WarehouseUnavailable):
-        warehouse.ensure_migrated(engine)
-    assert warehouse.ensure_migrated(engine) == ["0001_raw"]
-    assert warehouse.ensure_migrated(engine) == []
-    assert len(migrate.calls) == 2
-
-
-def test_concurrent_stages_migrate_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    migrate = CountingMigrate(pause_s=0.05)
-    monkeypatch.setattr(warehouse, "migrate", migrate)
-    engine = warehouse.engine_for(_url(f"wh_{uuid.uuid4().hex}"))
-    start = threading.Barrier(8)
-    results: list[list[str]] = []
-
-    def stage() -> None:
-        start.wait()
-        results.append(warehouse.ensure_migrated(engine))
-
-    threads = [threading.Thread(target=stage) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(migrate.calls) == 1
-    assert sorted(results) == [[]] * 7 + [["0001_raw"]]
-
-
-def test_warehouse_migrate_command_always_migrates(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    migrate = CountingMigrate()
-    monkeypatch.setattr(warehouse, "migrate", migrate)
+    monkeypatch.setattr(warehouse, "migration_plan", _plan)
     monkeypatch.delenv("WAREHOUSE_URL", raising=False)
     url = _url(f"wh_{uuid.uuid4().hex}")
-    warehouse.ensure_migrated(warehouse.engine_for(url))
     for _ in range(2):
         assert cli.main(["warehouse", "migrate", "--url", url]) == 0
-        assert capsys.readouterr().out == "applied 1 migration(s): 0001_raw\n"
-    assert len(migrate.calls) == 3
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "1 migration(s) to apply: 0001_raw"
+        # 600 MiB at the measured rate; twice the largest table of free disk.
+        seconds = round(600 * 2**20 / warehouse.COPY_BYTES_PER_S)
+        assert lines[1].startswith("copies about 3,000,000 rows (600.0 MiB), one table per "
+                                   f"transaction: about {seconds:,} s")
+        assert "needs about 400.0 MiB free" in lines[1]
+        assert lines[2] == "0001_raw: applying"
+        assert lines[3].startswith("applied 1 migration(s): 0001_raw in ")
+    assert cli.main(["warehouse", "migrate", "--url", url, "--plan"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert len(migrate.calls) == 2
 
 
 def test_the_cli_warehouse_url_defaults_to_the_setting() -> None:

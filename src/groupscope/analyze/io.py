@@ -194,17 +194,21 @@ def in_child_process(work: Callable[[], Any], timeout_s: float, what: str) -> An
 def landed_files(root: Path, table: str, cluster: str, start: datetime,
                  end: datetime) -> list[str]:
     """The files of ``table`` of the snapshots taken in the hours of [start, end) whose
-    manifest is landed (a snapshot half-written by a crash is not read). Found from the
+    manifest is landed (a snapshot half-written by a crash is not read) and that the quality
+    gate did not reject (``layout.rejected_ids``: rejected data never reaches a mart; a
+    snapshot it quarantined is no longer there). Found from the
     folder listings alone: a snapshot's files are named after it in every table, so no
     manifest is opened (reading the manifests as a table, once per table read, cost
     seconds per read at a day of one-minute snapshots)."""
     files = []
+    rejected = {f"{snapshot_id}.parquet" for snapshot_id in layout.rejected_ids(root, cluster)}
     for manifests, folder in zip(
             layout.snapshot_hour_dirs(root, layout.MANIFEST_TABLE, cluster, start, end),
             layout.snapshot_hour_dirs(root, table, cluster, start, end), strict=True):
         if not manifests.is_dir() or not folder.is_dir():
             continue
-        landed = {path.name for path in manifests.iterdir() if path.suffix == ".parquet"}
+        landed = {path.name for path in manifests.iterdir()
+                  if path.suffix == ".parquet"} - rejected
         files += sorted(str(path) for path in folder.iterdir() if path.name in landed)
     return files
 

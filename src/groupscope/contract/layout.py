@@ -6,6 +6,7 @@ these functions, so a reader always looks where a writer wrote::
     <root>/whatif/<table>/cluster=<c>/date=YYYY-MM-DD/hour=HH/<snapshot_id>.parquet
     <root>/offsets_topic/cluster=<c>/partition=<NNN>/batch=<first:020d>-<next:020d>/
     <root>/_quality/rejected/cluster=<c>/<snapshot_id>.json
+    <root>/_quarantine/cluster=<c>/<snapshot_id>/<kind>/<table>.parquet, reason.json
 
 ``snapshots/snapshots/`` holds the manifests: a snapshot is landed once its manifest is, so
 the manifests are what readers list. The hour folders are in UTC (the snapshot time's own
@@ -15,6 +16,7 @@ changing one orphans what is there.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -28,6 +30,7 @@ MANIFEST_TABLE = "snapshots"  # written last: its presence means the whole snaps
 
 OFFSETS_TOPIC = "offsets_topic"
 QUALITY = "_quality"
+QUARANTINE = "_quarantine"
 
 _HOUR_GLOB = "*/*"  # date=YYYY-MM-DD/hour=HH
 _BATCH = re.compile(r"^batch=(\d{20})-(\d{20})$")
@@ -77,6 +80,16 @@ def manifest_paths(root: Path, cluster: str | None = None,
     # The names sort as the hours do: zero-padded, largest unit first.
     first = _hour(since)
     return (m for m in manifests if f"{m.parent.parent.name}/{m.parent.name}" >= first)
+
+
+def manifest_hour(root: Path, manifest: Path) -> Path:
+    """The folders of a landed manifest below its table's (``cluster=<c>/date=…/hour=HH``):
+    where each table of its snapshot keeps its file, the manifest's name."""
+    return manifest.parent.relative_to(root / SNAPSHOTS / MANIFEST_TABLE)
+
+
+def manifest_cluster(manifest: Path) -> str:
+    return manifest.parent.parent.parent.name.removeprefix("cluster=")
 
 
 # --- the __consumer_offsets history ------------------------------------------------------------
@@ -129,6 +142,51 @@ def rejected_dir(root: Path, cluster: str) -> Path:
 
 def rejected_mark(root: Path, cluster: str, snapshot_id: str) -> Path:
     return rejected_dir(root, cluster) / f"{snapshot_id}.json"
+
+
+def rejected_ids(root: Path, cluster: str) -> set[str]:
+    """The ids of the snapshots of ``cluster`` the quality gate rejected (marked)."""
+    return {p.stem for p in rejected_dir(root, cluster).glob("*.json")}
+
+
+def quarantine_dir(root: Path, cluster: str, snapshot_id: str) -> Path:
+    """Where the files of a landed snapshot that could not be read are moved, with the
+    reason (``reason.json``): out of every reader's way, kept for an operator."""
+    return root / QUARANTINE / f"cluster={cluster}" / snapshot_id
+
+
+# --- durable writes ----------------------------------------------------------------------------
+
+def replace_durably(temporary: Path, target: Path) -> None:
+    """Renames a fully written ``temporary`` (a file or a folder of files) to ``target``,
+    durably: its contents are fsync'd before the rename and the folder that holds it after,
+    so after a host crash ``target`` is either absent or whole (a rename alone may reach the
+    disk before the data it names). Every writer of the landing zone renames through here."""
+    for path in [temporary, *(temporary.iterdir() if temporary.is_dir() else ())]:
+        fsync_path(path)
+    os.replace(temporary, target)
+    fsync_path(target.parent)
+
+
+def make_dirs_durably(folder: Path) -> None:
+    """``folder`` and its missing parents, each new one's name fsync'd in its parent (else
+    a crash may lose a new hour folder with every file renamed into it)."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+        fsync_path(path.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync of a file or a folder (a folder's entries: names created, renamed, removed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- Airflow assets ---------------------------------------------------------------------------

@@ -3,7 +3,12 @@
 One file per table and snapshot, in the folders of ``groupscope.contract.layout`` (by
 cluster, date and hour). The ``snapshots`` table is the manifest and is written last, each file
 through a temporary name and an atomic rename: a reader that finds a manifest finds all of that
-snapshot's tables.
+snapshot's tables. Each file's data and its folder are fsync'd around the rename
+(``layout.replace_durably``), so a host crash leaves no renamed file without its bytes.
+
+A snapshot whose manifest or a data file cannot be read (torn by a crash before this was
+durable, or by a disk) is moved whole to ``_quarantine/`` with the reason (``quarantine``):
+out of the way of the readers, so it never stops the others from loading.
 
 The assignment what-if of a snapshot (``groupscope.simulate``) needs the whole snapshot object,
 so it is computed before the snapshot lands and kept beside it, under ``whatif/`` instead of
@@ -12,6 +17,7 @@ so it is computed before the snapshot lands and kept beside it, under ``whatif/`
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -71,10 +77,10 @@ def land(snapshot: Snapshot, root: Path,
 
 
 def _write(table: pa.Table, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    layout.make_dirs_durably(target.parent)
     temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     pq.write_table(table, temporary, compression="zstd")
-    os.replace(temporary, target)
+    layout.replace_durably(temporary, target)
 
 
 def _ordered(tables: dict[str, pa.Table]) -> Iterator[tuple[str, pa.Table]]:
@@ -82,15 +88,71 @@ def _ordered(tables: dict[str, pa.Table]) -> Iterator[tuple[str, pa.Table]]:
         yield name, tables[name]
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A landed manifest that could not be read, and why."""
+
+    manifest: Path
+    reason: str
+
+    @property
+    def cluster(self) -> str:
+        return layout.manifest_cluster(self.manifest)
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.manifest.stem
+
+
 def landed_snapshots(root: Path, cluster: str | None = None,
                      since: datetime | None = None) -> list[LandedSnapshot]:
-    """Every snapshot whose manifest is in the landing zone, oldest first; with ``since``, only
-    those of its hour and later (reads only those hours' folders)."""
-    found = []
+    """Every snapshot whose manifest is in the landing zone and can be read, oldest first;
+    with ``since``, only those of its hour and later (reads only those hours' folders)."""
+    return scan_landed(root, cluster, since)[0]
+
+
+def scan_landed(root: Path, cluster: str | None = None, since: datetime | None = None,
+                ) -> tuple[list[LandedSnapshot], list[Unreadable]]:
+    """``landed_snapshots``, and the manifests found that could not be read."""
+    found, unreadable = [], []
     for manifest in layout.manifest_paths(root, cluster, since):
-        row = pq.read_table(manifest, columns=["cluster", "snapshot_ts", "snapshot_id"])
-        record = row.to_pylist()[0]
+        try:
+            row = pq.read_table(manifest, columns=["cluster", "snapshot_ts", "snapshot_id"])
+            record = row.to_pylist()[0]
+        except (OSError, pa.ArrowException, IndexError) as exc:
+            unreadable.append(Unreadable(manifest, _reason(exc)))
+            continue
         found.append(
             LandedSnapshot(root, record["cluster"], record["snapshot_ts"], record["snapshot_id"])
         )
-    return sorted(found, key=lambda s: (s.snapshot_ts, s.cluster))
+    return sorted(found, key=lambda s: (s.snapshot_ts, s.cluster)), unreadable
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, IndexError):
+        return "the manifest has no row"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def quarantine(root: Path, manifest: Path, reason: str) -> Path:
+    """Moves every file of the snapshot whose manifest is ``manifest`` (its tables and its
+    what-if, found by its name in each table's folder of the same hour) to
+    ``layout.quarantine_dir``, manifest last, beside a ``reason.json``; returns that folder.
+    Idempotent: what was moved already is not looked for again."""
+    hour = layout.manifest_hour(root, manifest)
+    folder = layout.quarantine_dir(root, layout.manifest_cluster(manifest), manifest.stem)
+    layout.make_dirs_durably(folder)
+    note = folder / "reason.json"
+    temporary = folder / f".reason.{uuid.uuid4().hex}.tmp"
+    temporary.write_text(json.dumps({"manifest": str(manifest), "reason": reason}, indent=2))
+    layout.replace_durably(temporary, note)
+    for kind in (layout.WHATIF, layout.SNAPSHOTS):  # the manifest (snapshots/snapshots) last
+        tables = sorted((root / kind).glob("*"), key=lambda p: p.name == layout.MANIFEST_TABLE)
+        for table in tables:
+            source = table / hour / manifest.name
+            if source.exists():
+                layout.make_dirs_durably(folder / kind)
+                os.replace(source, folder / kind / f"{table.name}.parquet")
+                layout.fsync_path(folder / kind)
+                layout.fsync_path(source.parent)
+    return folder

@@ -16,7 +16,6 @@ none twice, because the next run starts exactly where the landed batches end.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -75,7 +74,7 @@ def land_batch(root: Path, cluster: str, partition: int, first_offset: int, next
         )
     final = layout.offsets_batch_dir(root, cluster, partition, first_offset, next_offset)
     parent = final.parent
-    parent.mkdir(parents=True, exist_ok=True)
+    layout.make_dirs_durably(parent)
     temporary = parent / f".tmp-{uuid.uuid4().hex}"
     temporary.mkdir()
     try:
@@ -85,21 +84,11 @@ def land_batch(root: Path, cluster: str, partition: int, first_offset: int, next
         (temporary / MANIFEST).write_text(json.dumps(
             {"cluster": cluster, "partition": partition, "first_offset": first_offset,
              "next_offset": next_offset, **manifest}, sort_keys=True, indent=1))
-        _fsync_dir(temporary)
-        os.rename(temporary, final)
-        _fsync_dir(parent)
+        layout.replace_durably(temporary, final)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     return Batch(final, partition, first_offset, next_offset)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_abandoned(root: Path, cluster: str) -> int:

@@ -17,6 +17,11 @@ Two suites:
   that a group committed or owned (the mart is complete). Keys are not checked there: the
   warehouse's primary keys enforce them.
 
+A landed snapshot whose manifest or a data file cannot be read is not a verdict on its data
+but a torn file: it is quarantined (``land.snapshots.quarantine``: moved out of the landing,
+with the reason) and kept as a failed result of a third suite, ``landed_files`` (the
+``quality_gate_failed`` condition reports it for a day), and the other snapshots go on.
+
 Every run is kept in ``ops.quality_results`` (passed or not). The expectations themselves are
 plain data (``landed_checks``, ``mart_checks``) so they can be read and tested without GE.
 """
@@ -41,6 +46,8 @@ from groupscope.land.snapshots import LandedSnapshot
 
 LANDED_SUITE = "landed_snapshot"
 MARTS_SUITE = "marts"
+FILES_SUITE = "landed_files"
+_READABLE = "readable"
 
 # (GE expectation class name, its arguments); a ``row_condition`` is (column, value): only
 # the rows where the column equals the value are checked.
@@ -139,14 +146,23 @@ def check_landed(landed: LandedSnapshot) -> SuiteResult:
         tables = landed.read()
         manifest_rows = tables["snapshots"].to_pylist()
     except (OSError, pa.ArrowException) as exc:
-        return SuiteResult(LANDED_SUITE, landed.cluster, subject, 1, (
-            Failure("*", "readable", {}, f"{type(exc).__name__}: {exc}"),))
+        return unreadable(landed.cluster, subject, f"{type(exc).__name__}: {exc}")
     if len(manifest_rows) != 1:
         return SuiteResult(LANDED_SUITE, landed.cluster, subject, 1, (
             Failure("snapshots", "ExpectTableRowCountToEqual", {"value": 1},
                     f"observed {len(manifest_rows)}"),))
     expectations, failures = validate_arrow(tables, landed_checks(manifest_rows[0]))
     return SuiteResult(LANDED_SUITE, landed.cluster, subject, expectations, tuple(failures))
+
+
+def unreadable(cluster: str, snapshot_id: str, reason: str) -> SuiteResult:
+    """The result of a landed snapshot whose files cannot be read (``FILES_SUITE``)."""
+    return SuiteResult(FILES_SUITE, cluster, snapshot_id, 1,
+                       (Failure("*", _READABLE, {}, reason),))
+
+
+def is_unreadable(result: SuiteResult) -> bool:
+    return result.suite == FILES_SUITE
 
 
 # --- the marts suite -----------------------------------------------------------------------
@@ -483,5 +499,4 @@ def reject(landed: LandedSnapshot, result: SuiteResult) -> Path:
     return mark
 
 
-def rejected_ids(landing: Path, cluster: str) -> set[str]:
-    return {p.stem for p in layout.rejected_dir(landing, cluster).glob("*.json")}
+rejected_ids = layout.rejected_ids

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -83,77 +84,295 @@ def migrations(directory: Path | None = None) -> list[Migration]:
     return found
 
 
-def migrate(engine: Engine, directory: Path | None = None,
-            now: datetime | None = None) -> list[str]:
+MIGRATE_COMMAND = "groupscope warehouse migrate"
+# How long the migration waits for a lock (the migrators' advisory lock, a table a task is
+# writing) before it gives up and names who holds it: a deployment step that fails clearly
+# instead of queueing every task behind it.
+MIGRATION_LOCK_TIMEOUT_S = 30.0
+# How long a task's transaction that takes a table's exclusive lock (a new partition) waits.
+TASK_LOCK_TIMEOUT_S = 30.0
+# The checksums of applied migrations rewritten since without a change to the schema they
+# leave (0010 became resumable in steps): accepted as applied.
+_SUPERSEDED = {10: frozenset({"196dac065eb230a901a8076c6ce242e42015186688f7947ea40fa55405cae919"})}
+# Migrations that copy every row of the ordinary (not yet partitioned) tables of these
+# schemas: what the plan's estimate counts.
+_REWRITES = {10: ("raw", "mart")}
+# The copy rate the estimate assumes, measured by bench/migration_bench.py on 2 shared cores
+# (docs/benchmarks.md): rows moved, keys and indexes rebuilt.
+COPY_BYTES_PER_S = 20 * 2**20
+_META_TABLES = (
+    "CREATE SCHEMA IF NOT EXISTS groupscope_meta",
+    "CREATE TABLE IF NOT EXISTS groupscope_meta.schema_migrations ("
+    " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+    " applied_at timestamptz NOT NULL DEFAULT now())",
+    # The steps of a migration applied in several transactions, listed by its SQL; a step
+    # is done once done_at is set. Rows are deleted when the migration is recorded applied.
+    "CREATE TABLE IF NOT EXISTS groupscope_meta.migration_steps ("
+    " version integer NOT NULL, step integer NOT NULL, statement text NOT NULL,"
+    " done_at timestamptz, PRIMARY KEY (version, step))",
+)
+
+
+class WarehouseNotMigrated(RuntimeError):
+    """The warehouse's schema is not the one this code needs; the message says what to run."""
+
+
+class LockTimeout(RuntimeError):
+    """A lock was not granted in time; the message names who holds the warehouse's locks."""
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """What ``migrate`` would do: the migrations pending, and for those that copy tables,
+    how much they copy."""
+
+    pending: list[str]
+    resumed: dict[str, tuple[int, int]]  # name: (steps done, steps)
+    rewrite_rows: int
+    rewrite_bytes: int
+    largest_bytes: int
+
+    def describe(self) -> list[str]:
+        if not self.pending:
+            return ["the warehouse is migrated: nothing to apply"]
+        lines = [f"{len(self.pending)} migration(s) to apply: {', '.join(self.pending)}"]
+        lines += [f"{name}: resuming after step {done} of {total}"
+                  for name, (done, total) in self.resumed.items()]
+        if self.rewrite_bytes:
+            seconds = self.rewrite_bytes / COPY_BYTES_PER_S
+            lines.append(
+                f"copies about {self.rewrite_rows:,} rows ({_size(self.rewrite_bytes)}), one "
+                f"table per transaction: about {max(1, round(seconds)):,} s at "
+                f"{_size(COPY_BYTES_PER_S)}/s; needs about {_size(2 * self.largest_bytes)} "
+                f"free on the database's disk (the largest table, {_size(self.largest_bytes)}, "
+                "and its WAL); it can be stopped and run again, it continues")
+        return lines
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError  # unreachable
+
+
+def migration_plan(engine: Engine, directory: Path | None = None) -> MigrationPlan:
+    """What ``migrate`` would apply, read without changing anything."""
+    with connect(engine) as conn:
+        applied, steps = _migration_state(conn)
+        pending = [m for m in migrations(directory) if m.version not in applied]
+        schemas = sorted({s for m in pending for s in _REWRITES.get(m.version, ())})
+        sizes = conn.execute(text(
+            "SELECT greatest(c.reltuples, 0)::bigint AS row_count,"
+            " pg_total_relation_size(c.oid) AS size"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.relkind = 'r' AND NOT c.relispartition AND n.nspname = ANY(:schemas)"),
+            {"schemas": schemas}).all()
+    return MigrationPlan(
+        pending=[m.name for m in pending],
+        resumed={m.name: steps[m.version] for m in pending if m.version in steps},
+        rewrite_rows=sum(r.row_count for r in sizes),
+        rewrite_bytes=sum(r.size for r in sizes),
+        largest_bytes=max((r.size for r in sizes), default=0))
+
+
+def _migration_state(conn: Any) -> tuple[dict[int, str], dict[int, tuple[int, int]]]:
+    """The applied migrations' checksums by version, and the (done, total) steps of those
+    begun and not finished."""
+    if conn.execute(text("SELECT to_regclass('groupscope_meta.schema_migrations')"))\
+            .scalar_one() is None:
+        return {}, {}
+    applied = {r.version: r.checksum for r in conn.execute(
+        text("SELECT version, checksum FROM groupscope_meta.schema_migrations"))}
+    steps: dict[int, tuple[int, int]] = {}
+    if conn.execute(text("SELECT to_regclass('groupscope_meta.migration_steps')"))\
+            .scalar_one() is not None:
+        steps = {r.version: (r.done, r.total) for r in conn.execute(text(
+            "SELECT version, count(done_at) AS done, count(*) AS total"
+            " FROM groupscope_meta.migration_steps GROUP BY version"))}
+    return applied, steps
+
+
+def migrate(engine: Engine, directory: Path | None = None, now: datetime | None = None,
+            lock_timeout_s: float = MIGRATION_LOCK_TIMEOUT_S,
+            progress: Callable[[str], None] | None = None) -> list[str]:
     """Applies the migrations not yet applied, in order; returns their names. An applied
     migration whose file changed since is an error, not something to silently skip. Then
     creates the partitions of the day of ``now`` (default: the clock) and of the
-    ``partitions.DAYS_AHEAD`` days after, where missing."""
+    ``partitions.DAYS_AHEAD`` days after, where missing.
+
+    The only place the schema changes (``groupscope warehouse migrate``, the compose one-shot,
+    the dev stack's start); the tasks only check it (``check_migrated``). Concurrent migrators
+    are serialised by a session advisory lock. Every lock wait is bounded by
+    ``lock_timeout_s``: past it, ``LockTimeout`` names the sessions holding the warehouse's
+    locks. A migration whose SQL lists steps (``groupscope_meta.migration_steps``) runs each
+    step in a transaction of its own, and a rerun continues after the last one done; any
+    other migration is one transaction. ``progress`` is told each step as it starts."""
     from groupscope.warehouse import partitions
 
+    say = progress or (lambda _line: None)
     applied_now: list[str] = []
-    with connect(engine) as conn, conn.begin():
-        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
-        conn.execute(text("CREATE SCHEMA IF NOT EXISTS groupscope_meta"))
-        conn.execute(
-            text(
-                "CREATE TABLE IF NOT EXISTS groupscope_meta.schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-        )
-        done = {
-            row.version: row.checksum
-            for row in conn.execute(
-                text("SELECT version, checksum FROM groupscope_meta.schema_migrations")
-            )
-        }
-        for m in migrations(directory):
-            if m.version in done:
-                if done[m.version] != m.checksum:
-                    raise RuntimeError(
-                        f"migration {m.name} was applied with different contents; "
-                        "add a new migration instead of editing an applied one"
-                    )
-                continue
-            # On the driver's cursor, without parameters: a migration's '%' (format('%I'))
-            # are SQL, not placeholders.
-            conn.connection.driver_connection.cursor().execute(m.sql)
-            conn.execute(
-                text(
-                    "INSERT INTO groupscope_meta.schema_migrations (version, name, checksum)"
-                    " VALUES (:v, :n, :c)"
-                ),
-                {"v": m.version, "n": m.name, "c": m.checksum},
-            )
-            applied_now.append(m.name)
-        if conn.execute(text("SELECT to_regclass('groupscope_meta.partitioned_tables')"))\
-                .scalar_one() is not None:
-            partitions.create_partitions(conn, partitions.days_ahead(now or datetime.now(UTC)))
+    with connect(engine) as conn:
+        conn.exec_driver_sql(f"SET lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        conn.commit()
+        with _lock_errors(engine, "the migration", pid):
+            conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _LOCK_ID})
+            conn.commit()
+        try:
+            with _lock_errors(engine, "the migration", pid):
+                _apply(conn, migrations(directory), applied_now, say)
+                with conn.begin():
+                    if conn.execute(text(
+                            "SELECT to_regclass('groupscope_meta.partitioned_tables')"))\
+                            .scalar_one() is not None:
+                        partitions.create_partitions(
+                            conn, partitions.days_ahead(now or datetime.now(UTC)))
+        finally:
+            if conn.in_transaction():
+                conn.rollback()
+            conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
+            conn.exec_driver_sql("RESET lock_timeout")  # the connection goes back to the pool
+            conn.commit()
     return applied_now
 
 
-# The warehouses this process has migrated, by URL without its password; one lock per URL so
-# that a warehouse that is slow to answer does not hold up the others.
-_migrated: set[str] = set()
-_migrating: dict[str, threading.Lock] = {}
-_migrating_guard = threading.Lock()
+def _apply(conn: Any, wanted: list[Migration], applied_now: list[str],
+           say: Callable[[str], None]) -> None:
+    with conn.begin():
+        for statement in _META_TABLES:
+            conn.execute(text(statement))
+    applied, steps = _migration_state(conn)
+    conn.commit()
+    for m in wanted:
+        if m.version in applied:
+            if applied[m.version] not in {m.checksum, *_SUPERSEDED.get(m.version, ())}:
+                raise RuntimeError(
+                    f"migration {m.name} was applied with different contents; "
+                    "add a new migration instead of editing an applied one")
+            continue
+        started = time.monotonic()
+        if m.version not in steps:
+            say(f"{m.name}: applying")
+            with conn.begin():
+                # On the driver's cursor, without parameters: a migration's '%'
+                # (format('%I')) are SQL, not placeholders.
+                conn.connection.driver_connection.cursor().execute(m.sql)
+        todo = conn.execute(text(
+            "SELECT step, statement FROM groupscope_meta.migration_steps"
+            " WHERE version = :v AND done_at IS NULL ORDER BY step"), {"v": m.version}).all()
+        total = conn.execute(text("SELECT count(*) FROM groupscope_meta.migration_steps"
+                                  " WHERE version = :v"), {"v": m.version}).scalar_one()
+        conn.commit()
+        for step in todo:
+            say(f"{m.name}: step {step.step} of {total}: {step.statement}")
+            with conn.begin():
+                conn.connection.driver_connection.cursor().execute(step.statement)
+                conn.execute(text("UPDATE groupscope_meta.migration_steps SET done_at = now()"
+                                  " WHERE version = :v AND step = :s"),
+                             {"v": m.version, "s": step.step})
+        with conn.begin():
+            conn.execute(text("DELETE FROM groupscope_meta.migration_steps WHERE version = :v"),
+                         {"v": m.version})
+            conn.execute(
+                text("INSERT INTO groupscope_meta.schema_migrations (version, name, checksum)"
+                     " VALUES (:v, :n, :c)"),
+                {"v": m.version, "n": m.name, "c": m.checksum})
+        applied_now.append(m.name)
+        if todo:
+            say(f"{m.name}: done in {time.monotonic() - started:.1f} s")
 
 
-def ensure_migrated(engine: Engine) -> list[str]:
-    """``migrate`` once per process and warehouse: the first call migrates (and returns what it
-    applied), later ones return ``[]`` without connecting. The stages call this on every run;
-    ``migrate`` itself is for when migrating is the point (``groupscope warehouse migrate``).
-    A migration that fails is not remembered, so the next call tries again."""
+# The warehouses this process found migrated, by URL without its password: a task checks once.
+_checked: set[str] = set()
+
+
+def check_migrated(engine: Engine, directory: Path | None = None) -> None:
+    """Fails at once, with ``WarehouseNotMigrated`` and one line saying what to run, unless
+    every migration of this code is applied (none half-applied, none applied with other
+    contents). What the stages call; it never changes the schema (``migrate`` does). A
+    warehouse found migrated is not checked again by this process."""
     key = engine.url.render_as_string(hide_password=True)
-    with _migrating_guard:
-        lock = _migrating.setdefault(key, threading.Lock())
-    with lock:
-        if key in _migrated:
-            return []
-        applied = migrate(engine)
-        _migrated.add(key)
-    return applied
+    if key in _checked:
+        return
+    with connect(engine) as conn:
+        applied, steps = _migration_state(conn)
+    where = f"warehouse {safe_url(str(key))}"
+    for m in migrations(directory):
+        if m.version in steps:
+            done, total = steps[m.version]
+            raise WarehouseNotMigrated(
+                f"{where} is half-migrated ({m.name}: {done} of {total} steps done): "
+                f"run `{MIGRATE_COMMAND}` to finish it")
+        if m.version not in applied:
+            pending = [x.name for x in migrations(directory) if x.version not in applied]
+            raise WarehouseNotMigrated(
+                f"{where} is not migrated ({len(pending)} migration(s) pending, from "
+                f"{pending[0]}): run `{MIGRATE_COMMAND}` first")
+        if applied[m.version] not in {m.checksum, *_SUPERSEDED.get(m.version, ())}:
+            raise WarehouseNotMigrated(
+                f"{where} has {m.name} applied with other contents than this groupscope's: "
+                "deploy the version that migrated it, or a newer one")
+    _checked.add(key)
+
+
+class _lock_errors:
+    """Turns a lock wait that timed out (SQLSTATE 55P03) into ``LockTimeout`` naming the
+    sessions that hold locks in the warehouse, found on a connection of its own."""
+
+    def __init__(self, engine: Engine, what: str, own_pid: int | None = None) -> None:
+        self.engine, self.what, self.own_pid = engine, what, own_pid
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, OperationalError) \
+                and getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            raise LockTimeout(f"{self.what} gave up waiting for a lock: "
+                              f"{lock_holders(self.engine, self.own_pid)}") from None
+
+
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+def lock_holders(engine: Engine, own_pid: int | None = None) -> str:
+    """The other sessions (than ``own_pid``'s) holding locks on the warehouse's tables or
+    advisory locks, oldest transaction first, in one line (what a lock_timeout message
+    names)."""
+    try:
+        with connect(engine) as conn:
+            rows = conn.execute(text(
+                "SELECT a.pid, a.application_name, a.state, a.usename,"
+                " round(extract(epoch FROM now() - a.xact_start)) AS seconds,"
+                " left(regexp_replace(a.query, '\\s+', ' ', 'g'), 80) AS query"
+                " FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid()"
+                " AND a.pid IS DISTINCT FROM :own AND a.datname = current_database()"
+                " AND a.pid IN ("
+                "  SELECT l.pid FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation"
+                "  LEFT JOIN pg_namespace n ON n.oid = c.relnamespace"
+                "  WHERE l.granted AND (l.locktype = 'advisory' OR n.nspname IN"
+                "   ('raw', 'mart', 'ops', 'serve', 'groupscope_meta')))"
+                " ORDER BY a.xact_start NULLS LAST LIMIT 3"), {"own": own_pid}).all()
+    except WarehouseUnavailable as exc:
+        return f"who holds it is unknown ({exc})"
+    if not rows:
+        return "no session holds one now (it was released): run it again"
+    return "held by " + "; ".join(
+        f"pid {r.pid} ({r.usename}, {r.application_name or 'no application name'}, "
+        f"{r.state}, in a transaction for {r.seconds} s: {r.query!r})" for r in rows)
+
+
+@contextmanager
+def bounded_transaction(engine: Engine, what: str,
+                        lock_timeout_s: float = TASK_LOCK_TIMEOUT_S) -> Iterator[Any]:
+    """A transaction whose lock waits are bounded by ``lock_timeout_s`` (``LockTimeout``
+    past it, naming the holders): for a task's statements that take a table's exclusive lock,
+    which would otherwise queue behind a migration or a long query without end."""
+    with _lock_errors(engine, what), connect(engine) as conn, conn.begin():
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
+        yield conn
 
 
 def load_snapshot(engine: Engine, tables: dict[str, pa.Table]) -> None:
@@ -216,7 +435,7 @@ def _ensure_partitions(engine: Engine, tables: list[tuple[str, str, pa.Table]],
 
     times = partitions.times_in((t for _, _, t in tables), ts_column)
     if times:
-        with connect(engine) as conn, conn.begin():
+        with bounded_transaction(engine, "creating the partitions of a load") as conn:
             partitions.create_partitions(conn, times, [f"{s}.{n}" for s, n, _ in tables])
 
 

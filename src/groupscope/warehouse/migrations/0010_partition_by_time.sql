@@ -15,9 +15,31 @@
 -- later partition creation scan it, and fail when it holds rows of that day.
 --
 -- The existing tables are converted in place: for each, a partitioned table of the same
--- columns, its partitions for the days its rows cover, the rows moved, the old table dropped,
--- then its keys and indexes rebuilt under their old names. Every view over them (raw, serve)
--- is dropped first and recreated afterwards from its own definition, with its privileges.
+-- columns, its partitions for the days its rows cover (any number of days, created a
+-- thousand at a time), the rows moved, the old table dropped, then its keys and indexes
+-- rebuilt under their old names. Every view over them (raw, serve) is dropped first and
+-- recreated afterwards from its own definition, with its privileges.
+--
+-- In steps (groupscope_meta.migration_steps, run by groupscope.warehouse.migrate): this file
+-- saves the definitions of the views, keys, indexes and grants in groupscope_meta.p0010_*
+-- tables, drops the views and lists one step per table and a last one that recreates the
+-- views. Each step is a transaction of its own that holds the locks of one table only, and a
+-- table already partitioned is skipped: a migration killed halfway continues where it
+-- stopped when `groupscope warehouse migrate` runs again, and the tasks refuse to run on the
+-- half-converted warehouse meanwhile (warehouse.check_migrated). The disk it needs at once is
+-- about twice the largest table (its copy and the WAL of the copy), not the whole warehouse.
+--
+-- The way back (to a warehouse on 0009, same rows), per converted table, in one transaction:
+--   CREATE TABLE raw.t__flat (LIKE raw.t INCLUDING ALL);   -- keys and indexes come along
+--   INSERT INTO raw.t__flat SELECT * FROM raw.t;
+--   DROP TABLE raw.t; ALTER TABLE raw.t__flat RENAME TO t;  -- then rename its indexes back
+-- with the views over the tables dropped before and recreated after (their definitions:
+-- pg_get_viewdef; the migrations 0001-0009 hold them), then
+--   DROP TABLE ops.retention_drops; DROP VIEW groupscope_meta.partitions;
+--   DROP FUNCTION groupscope_meta.create_partitions; DROP TABLE groupscope_meta.partitioned_tables;
+--   DELETE FROM groupscope_meta.schema_migrations WHERE version >= 10;
+-- and the migrations after 0010 undone first, newest first. Take a pg_dump before instead
+-- where the disk allows: restoring it is the simpler way back.
 
 CREATE TABLE groupscope_meta.partitioned_tables (
     schema_name text NOT NULL,
@@ -130,35 +152,29 @@ CREATE TABLE ops.retention_drops (
     PRIMARY KEY (schema_name, partition_name, dropped_at)
 );
 
--- The conversion.
-DO $convert$
-DECLARE
-    old_path text := current_setting('search_path');
-    tgt record;
-    vw record;
-    item record;
-    times timestamptz[];
+-- The saved definitions, by table name (the tables are renamed and dropped on the way).
+DO $prepare$
 BEGIN
     -- Definitions printed fully qualified, whatever the caller's search_path.
     PERFORM set_config('search_path', 'pg_catalog', true);
 
-    CREATE TEMP TABLE gs_targets ON COMMIT DROP AS
-    SELECT p.*, format('%I.%I', p.schema_name, p.table_name)::regclass::oid AS oid
-    FROM groupscope_meta.partitioned_tables p;
-
-    IF EXISTS (SELECT 1 FROM pg_constraint c JOIN gs_targets g ON c.confrelid = g.oid
+    IF EXISTS (SELECT 1 FROM pg_constraint c JOIN groupscope_meta.partitioned_tables p
+                 ON c.confrelid = to_regclass(format('%I.%I', p.schema_name, p.table_name))
                WHERE c.contype = 'f') THEN
         RAISE EXCEPTION 'a foreign key references a table to partition; not converted';
     END IF;
 
     -- The views over the tables, directly or through other views, deepest last.
-    CREATE TEMP TABLE gs_views ON COMMIT DROP AS
-    WITH RECURSIVE deps (oid, depth) AS (
+    CREATE TABLE groupscope_meta.p0010_views AS
+    WITH RECURSIVE targets AS (
+        SELECT to_regclass(format('%I.%I', schema_name, table_name))::oid AS oid
+        FROM groupscope_meta.partitioned_tables
+    ), deps (oid, depth) AS (
         SELECT r.ev_class, 1
         FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
         WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass
-          AND d.refobjid IN (SELECT oid FROM gs_targets)
-          AND r.ev_class NOT IN (SELECT oid FROM gs_targets)
+          AND d.refobjid IN (SELECT oid FROM targets)
+          AND r.ev_class NOT IN (SELECT oid FROM targets)
         UNION
         SELECT r.ev_class, deps.depth + 1
         FROM deps JOIN pg_depend d ON d.refobjid = deps.oid
@@ -166,72 +182,110 @@ BEGIN
         WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass
           AND r.ev_class <> deps.oid
     )
-    SELECT c.oid, max(deps.depth) AS depth, n.nspname, c.relname, c.relkind, c.reloptions,
+    SELECT max(deps.depth) AS depth, n.nspname, c.relname, c.relkind, c.reloptions,
            c.relacl, pg_get_userbyid(c.relowner) AS owner,
            pg_get_viewdef(c.oid) AS definition, obj_description(c.oid, 'pg_class') AS comment
     FROM deps JOIN pg_class c ON c.oid = deps.oid JOIN pg_namespace n ON n.oid = c.relnamespace
     GROUP BY c.oid, n.nspname, c.relname, c.relkind, c.reloptions, c.relacl, c.relowner;
 
-    IF EXISTS (SELECT 1 FROM gs_views WHERE relkind <> 'v') THEN
+    IF EXISTS (SELECT 1 FROM groupscope_meta.p0010_views WHERE relkind <> 'v') THEN
         RAISE EXCEPTION 'a materialized view depends on a table to partition; not converted';
     END IF;
 
     -- Keys and indexes, to rebuild on the partitioned tables under the same names.
-    CREATE TEMP TABLE gs_constraints ON COMMIT DROP AS
-    SELECT g.oid AS table_oid, c.conname, pg_get_constraintdef(c.oid) AS definition
-    FROM pg_constraint c JOIN gs_targets g ON c.conrelid = g.oid
+    CREATE TABLE groupscope_meta.p0010_constraints AS
+    SELECT p.schema_name, p.table_name, c.conname, pg_get_constraintdef(c.oid) AS definition
+    FROM pg_constraint c JOIN groupscope_meta.partitioned_tables p
+      ON c.conrelid = to_regclass(format('%I.%I', p.schema_name, p.table_name))
     WHERE c.contype IN ('p', 'u', 'x', 'f');
-    CREATE TEMP TABLE gs_indexes ON COMMIT DROP AS
-    SELECT g.oid AS table_oid, pg_get_indexdef(i.indexrelid) AS definition
-    FROM pg_index i JOIN gs_targets g ON i.indrelid = g.oid
+    CREATE TABLE groupscope_meta.p0010_indexes AS
+    SELECT p.schema_name, p.table_name, pg_get_indexdef(i.indexrelid) AS definition
+    FROM pg_index i JOIN groupscope_meta.partitioned_tables p
+      ON i.indrelid = to_regclass(format('%I.%I', p.schema_name, p.table_name))
     WHERE NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid
-                                                      AND c.conrelid = g.oid);
-    CREATE TEMP TABLE gs_grants ON COMMIT DROP AS
-    SELECT g.oid AS table_oid, a.grantee, a.privilege_type, a.is_grantable
-    FROM gs_targets g JOIN pg_class c ON c.oid = g.oid
+                                                      AND c.conrelid = i.indrelid);
+    CREATE TABLE groupscope_meta.p0010_grants AS
+    SELECT p.schema_name, p.table_name, a.grantee, a.privilege_type, a.is_grantable
+    FROM groupscope_meta.partitioned_tables p
+    JOIN pg_class c ON c.oid = to_regclass(format('%I.%I', p.schema_name, p.table_name))
     CROSS JOIN LATERAL aclexplode(c.relacl) a
     WHERE a.grantee <> c.relowner;
+END
+$prepare$;
 
-    FOR vw IN SELECT * FROM gs_views ORDER BY depth DESC LOOP
+DO $drop_views$
+DECLARE
+    vw record;
+BEGIN
+    FOR vw IN SELECT * FROM groupscope_meta.p0010_views ORDER BY depth DESC LOOP
         EXECUTE format('DROP VIEW %I.%I', vw.nspname, vw.relname);
     END LOOP;
+END
+$drop_views$;
 
-    FOR tgt IN SELECT * FROM gs_targets ORDER BY schema_name, table_name LOOP
-        EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', tgt.schema_name, tgt.table_name,
-                       tgt.table_name || '__unpartitioned');
-        EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
-                       ' INCLUDING COMMENTS INCLUDING STORAGE INCLUDING COMPRESSION)'
-                       ' PARTITION BY RANGE (%I)',
-                       tgt.schema_name, tgt.table_name, tgt.schema_name,
-                       tgt.table_name || '__unpartitioned', tgt.time_column);
-        EXECUTE format('SELECT array_agg(DISTINCT date_trunc(''day'', %I AT TIME ZONE ''UTC'')'
-                       ' AT TIME ZONE ''UTC'') FROM %I.%I',
-                       tgt.time_column, tgt.schema_name, tgt.table_name || '__unpartitioned')
-            INTO times;
-        PERFORM groupscope_meta.create_partitions(
-            coalesce(times, '{}'), ARRAY[tgt.schema_name || '.' || tgt.table_name]);
-        EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I', tgt.schema_name,
-                       tgt.table_name, tgt.schema_name, tgt.table_name || '__unpartitioned');
-        EXECUTE format('DROP TABLE %I.%I', tgt.schema_name,
-                       tgt.table_name || '__unpartitioned');
-        FOR item IN SELECT * FROM gs_constraints WHERE table_oid = tgt.oid LOOP
-            EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', tgt.schema_name,
-                           tgt.table_name, item.conname, item.definition);
-        END LOOP;
-        -- Printed with the old table's name, which is the new table's again.
-        FOR item IN SELECT * FROM gs_indexes WHERE table_oid = tgt.oid LOOP
-            EXECUTE item.definition;
-        END LOOP;
-        FOR item IN SELECT * FROM gs_grants WHERE table_oid = tgt.oid LOOP
-            EXECUTE format('GRANT %s ON %I.%I TO %s%s', item.privilege_type, tgt.schema_name,
-                           tgt.table_name,
-                           CASE item.grantee WHEN 0 THEN 'PUBLIC'
-                                ELSE quote_ident(pg_get_userbyid(item.grantee)) END,
-                           CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        END LOOP;
+-- One step: one table converted, in the caller's transaction; nothing if it already is.
+CREATE FUNCTION groupscope_meta.p0010_partition_table(p_schema text, p_table text)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    tgt groupscope_meta.partitioned_tables;
+    item record;
+    chunk timestamptz[];
+BEGIN
+    SELECT * INTO STRICT tgt FROM groupscope_meta.partitioned_tables
+    WHERE schema_name = p_schema AND table_name = p_table;
+    IF (SELECT relkind FROM pg_class
+        WHERE oid = to_regclass(format('%I.%I', p_schema, p_table))) = 'p' THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('search_path', 'pg_catalog', true);
+    EXECUTE format('ALTER TABLE %I.%I RENAME TO %I', p_schema, p_table,
+                   p_table || '__unpartitioned');
+    EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
+                   ' INCLUDING COMMENTS INCLUDING STORAGE INCLUDING COMPRESSION)'
+                   ' PARTITION BY RANGE (%I)',
+                   p_schema, p_table, p_schema, p_table || '__unpartitioned', tgt.time_column);
+    -- create_partitions makes at most a thousand at once (a guard against a bad timestamp):
+    -- the days are handed over a thousand at a time, so any age of warehouse converts.
+    FOR chunk IN EXECUTE format(
+            'SELECT array_agg(day ORDER BY day) FROM ('
+            '  SELECT day, (row_number() OVER (ORDER BY day) - 1) / 1000 AS batch FROM ('
+            '    SELECT DISTINCT date_trunc(''day'', %I AT TIME ZONE ''UTC'') AT TIME ZONE ''UTC'''
+            '    AS day FROM %I.%I WHERE %I IS NOT NULL) d) b GROUP BY batch',
+            tgt.time_column, p_schema, p_table || '__unpartitioned', tgt.time_column) LOOP
+        PERFORM groupscope_meta.create_partitions(chunk, ARRAY[p_schema || '.' || p_table]);
     END LOOP;
+    EXECUTE format('INSERT INTO %I.%I SELECT * FROM %I.%I', p_schema, p_table, p_schema,
+                   p_table || '__unpartitioned');
+    EXECUTE format('DROP TABLE %I.%I', p_schema, p_table || '__unpartitioned');
+    FOR item IN SELECT * FROM groupscope_meta.p0010_constraints
+                WHERE schema_name = p_schema AND table_name = p_table LOOP
+        EXECUTE format('ALTER TABLE %I.%I ADD CONSTRAINT %I %s', p_schema, p_table,
+                       item.conname, item.definition);
+    END LOOP;
+    -- Printed with the old table's name, which is the new table's again.
+    FOR item IN SELECT * FROM groupscope_meta.p0010_indexes
+                WHERE schema_name = p_schema AND table_name = p_table LOOP
+        EXECUTE item.definition;
+    END LOOP;
+    FOR item IN SELECT * FROM groupscope_meta.p0010_grants
+                WHERE schema_name = p_schema AND table_name = p_table LOOP
+        EXECUTE format('GRANT %s ON %I.%I TO %s%s', item.privilege_type, p_schema, p_table,
+                       CASE item.grantee WHEN 0 THEN 'PUBLIC'
+                            ELSE quote_ident(pg_get_userbyid(item.grantee)) END,
+                       CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$fn$;
 
-    FOR vw IN SELECT * FROM gs_views ORDER BY depth LOOP
+-- The last step: the views back, with their owners, comments and privileges; the saved
+-- definitions and the step functions dropped.
+CREATE FUNCTION groupscope_meta.p0010_finish() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    vw record;
+    item record;
+BEGIN
+    PERFORM set_config('search_path', 'pg_catalog', true);
+    FOR vw IN SELECT * FROM groupscope_meta.p0010_views ORDER BY depth LOOP
         EXECUTE format('CREATE VIEW %I.%I%s AS %s', vw.nspname, vw.relname,
                        CASE WHEN vw.reloptions IS NULL THEN ''
                             ELSE ' WITH (' || array_to_string(vw.reloptions, ', ') || ')' END,
@@ -252,7 +306,16 @@ BEGIN
                            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
         END LOOP;
     END LOOP;
-
-    PERFORM set_config('search_path', old_path, true);
+    DROP TABLE groupscope_meta.p0010_views, groupscope_meta.p0010_constraints,
+               groupscope_meta.p0010_indexes, groupscope_meta.p0010_grants;
+    DROP FUNCTION groupscope_meta.p0010_partition_table(text, text);
 END
-$convert$;
+$fn$;
+
+INSERT INTO groupscope_meta.migration_steps (version, step, statement)
+SELECT 10, row_number() OVER (ORDER BY schema_name, table_name),
+       format('SELECT groupscope_meta.p0010_partition_table(%L, %L)', schema_name, table_name)
+FROM groupscope_meta.partitioned_tables
+UNION ALL
+SELECT 10, (SELECT count(*) FROM groupscope_meta.partitioned_tables) + 1,
+       'SELECT groupscope_meta.p0010_finish(); DROP FUNCTION groupscope_meta.p0010_finish()';
