@@ -3,18 +3,24 @@ loads are idempotent, and a warehouse that is down loses nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from datetime import UTC, timedelta
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pyarrow.parquet as pq
 import pytest
 from conftest import unique
 from kafkautil import commit_offsets, create_topic, produce_counts, take_snapshot
 from sqlalchemy import Engine, text
 
-from groupscope import warehouse
+from groupscope import pipeline, warehouse
 from groupscope.contract.tables import KEYS, SCHEMAS, to_tables
 from groupscope.land.snapshots import land, landed_snapshots
 from groupscope_dev.kafka import KafkaCluster
+from groupscope_dev.postgres import LocalPostgres
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +167,92 @@ def test_warehouse_down_is_a_clear_error_and_landed_data_is_kept(
     assert len(pending) == 1
     warehouse.load_snapshot(warehouse_engine, pending[0].read())
     assert _dump(warehouse_engine, snapshot.cluster)["snapshots"]
+
+
+def _tear(path: Path) -> None:
+    """What a host crash leaves of a file renamed before its bytes reached the disk."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
+        kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
+        tmp_path: Path) -> None:
+    cluster = unique("torn")
+    taken = take_snapshot(kafka.bootstrap, cluster=cluster)
+    landed = [land(dataclasses.replace(taken, snapshot_ts=taken.snapshot_ts - timedelta(minutes=m)),
+                   tmp_path) for m in (4, 3, 2, 1)]
+    torn_manifest, torn_data, *good = landed
+    _tear(torn_manifest.path("snapshots"))
+    _tear(torn_data.path("committed_offsets"))
+    now = taken.snapshot_ts
+
+    loaded = pipeline.check_and_load(postgres.url, tmp_path, cluster, now)
+    assert loaded == [s.snapshot_id for s in good]
+    assert [row[:2] for row in _dump(warehouse_engine, cluster)["snapshots"]] == [
+        (cluster, s.snapshot_ts) for s in good]
+    for torn in (torn_manifest, torn_data):
+        folder = tmp_path / "_quarantine" / f"cluster={cluster}" / torn.snapshot_id
+        reason = json.loads((folder / "reason.json").read_text())
+        assert reason["manifest"] == str(torn.path("snapshots"))
+        # Every file of it moved out of the readers' way, the torn one among them.
+        assert not torn.path("snapshots").exists() and not torn.path("topics").exists()
+        assert sorted(p.name for p in (folder / "snapshots").iterdir()) == sorted(
+            f"{t}.parquet" for t in SCHEMAS)
+    with warehouse_engine.connect() as conn:
+        reported = conn.execute(text(
+            "SELECT subject, success, failures->0->>'observed' FROM ops.quality_results"
+            " WHERE cluster = :c AND suite = 'landed_files' ORDER BY subject"),
+            {"c": cluster}).all()
+        failed = conn.execute(text("SELECT quality_gate_failed FROM serve.cluster_conditions"
+                                   " WHERE cluster = :c"), {"c": cluster}).scalar_one()
+    assert [(s, ok) for s, ok, _ in reported] == sorted(
+        (t.snapshot_id, False) for t in (torn_manifest, torn_data))
+    assert all("Parquet" in why or "parquet" in why for _, _, why in reported), reported
+    assert failed == 1  # the quality_gate_failed alert condition: an incident
+    # A second run finds nothing more to quarantine or load, and fails nothing.
+    assert pipeline.check_and_load(postgres.url, tmp_path, cluster, now) == []
+    with warehouse_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM ops.quality_results WHERE cluster = :c"
+                                 " AND suite = 'landed_files'"), {"c": cluster}).scalar_one() == 2
+
+
+def test_a_rejected_snapshot_is_never_read_by_spark(kafka: KafkaCluster, spark: Any,
+                                                    tmp_path: Path) -> None:
+    from groupscope import quality
+    from groupscope.analyze.io import read_snapshot_table
+
+    cluster = unique("rejected")
+    topic = unique("rejected")
+    create_topic(kafka.bootstrap, topic, 1)
+    commit_offsets(kafka.bootstrap, unique("rejected-group"), {(topic, 0): 0})
+    taken = take_snapshot(kafka.bootstrap, cluster=cluster)
+    kept, rejected = (land(dataclasses.replace(taken, snapshot_ts=taken.snapshot_ts
+                                               - timedelta(minutes=m)), tmp_path)
+                      for m in (2, 1))
+    failure = quality.Failure("topics", "ExpectTableRowCountToEqual", {"value": 1}, "observed 2")
+    quality.reject(rejected, quality.SuiteResult(quality.LANDED_SUITE, cluster,
+                                                 rejected.snapshot_id, 1, (failure,)))
+    start, end = taken.snapshot_ts - timedelta(hours=1), taken.snapshot_ts
+    for table in ("snapshots", "committed_offsets", "partition_offsets"):
+        rows = read_snapshot_table(spark, tmp_path, table, cluster, start, end).collect()
+        # Spark gives back the UTC time without its zone (the session's zone is UTC).
+        assert {r.snapshot_ts.replace(tzinfo=UTC) for r in rows} == {kept.snapshot_ts}, table
+
+
+def test_a_lock_wait_is_bounded_and_names_the_holder(warehouse_engine: Engine,
+                                                     postgres: LocalPostgres) -> None:
+    with psycopg.connect(postgres.url, application_name="holder-of-locks") as holder:
+        pid = holder.info.backend_pid
+        holder.execute("SELECT pg_advisory_lock(%s)", (warehouse._LOCK_ID,))
+        holder.execute("LOCK TABLE ops.quality_results IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(warehouse.LockTimeout,
+                           match=rf"^the migration gave up waiting for a lock: held by pid "
+                                 rf"{pid} \(.*holder-of-locks, idle in transaction"):
+            warehouse.migrate(warehouse_engine, lock_timeout_s=0.3)
+        with pytest.raises(warehouse.LockTimeout, match=rf"^a test's read gave up .*pid {pid}"), \
+                warehouse.bounded_transaction(warehouse_engine, "a test's read", 0.3) as conn:
+            conn.execute(text("SELECT count(*) FROM ops.quality_results"))
+        holder.rollback()
+        holder.execute("SELECT pg_advisory_unlock(%s)", (warehouse._LOCK_ID,))
+    assert warehouse.migrate(warehouse_engine) == []

@@ -105,3 +105,17 @@ def test_work_in_a_child_process_is_stopped_when_it_hangs() -> None:
     assert time.monotonic() - started < 30
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         in_child_process(lambda: 1 // 0, 30, "fails")
+
+
+def test_a_snapshot_the_quality_gate_rejected_is_not_read(tmp_path: Path) -> None:
+    kept, rejected = (_touch(tmp_path, "committed_offsets", T0 + timedelta(minutes=m), name)
+                      for m, name in ((0, "s1"), (1, "s2")))
+    for minute, name in ((0, "s1"), (1, "s2")):
+        _touch(tmp_path, layout.MANIFEST_TABLE, T0 + timedelta(minutes=minute), name)
+    mark = layout.rejected_mark(tmp_path, "c", "s2")
+    mark.parent.mkdir(parents=True)
+    mark.write_text("{}")
+
+    files = landed_files(tmp_path, "committed_offsets", "c", T0, T0 + timedelta(hours=1))
+
+    assert files == [str(kept)] and rejected.exists()

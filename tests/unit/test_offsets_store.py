@@ -69,3 +69,43 @@ def test_records_that_do_not_decode_are_kept_with_the_reason(tmp_path: Path) -> 
     assert tables["unknown_records"].column("record_type").to_pylist() == [12]
     assert tables["offset_commits"].num_rows == 1
     assert dict(builder.counts) == {"undecodable": 1, "unknown": 1, "offset_commits": 1}
+
+
+def test_every_landing_writer_fsyncs_the_data_and_its_folder_around_the_rename(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename may reach the disk before the bytes it names: after a host crash the file
+    would be there, torn. Each writer fsyncs the data before its rename and the folder after."""
+    import os
+
+    import pyarrow as pa
+
+    from groupscope.land import snapshots
+
+    calls: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def record_fsync(fd: int) -> None:
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def record_replace(source: str | Path, target: str | Path) -> None:
+        calls.append(("replace", f"{source} -> {target}"))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", record_fsync)
+    monkeypatch.setattr(os, "replace", record_replace)
+    table_file = tmp_path / "snapshots" / "t" / "x.parquet"
+    snapshots._write(pa.table({"a": [1]}), table_file)
+    batch = _batch(tmp_path, 0, 0, 3)
+
+    renames = [path for kind, path in calls if kind == "replace"]
+    assert [r.split(" -> ")[1] for r in renames] == [str(table_file), str(batch.path)]
+    for rename, files in zip(renames, (["."], [".", "_batch.json", "offset_commits.parquet"]),
+                             strict=True):
+        source, target = rename.split(" -> ")
+        at = calls.index(("replace", rename))
+        before = [path for kind, path in calls[:at] if kind == "fsync"]
+        assert {str(Path(source) / f) if f != "." else source for f in files} <= set(before)
+        assert ("fsync", str(Path(target).parent)) in calls[at + 1:]
+    # New folders are fsync'd in their parents too (an hour folder made for the file).
+    assert ("fsync", str(tmp_path / "snapshots")) in calls
