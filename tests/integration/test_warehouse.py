@@ -179,19 +179,24 @@ def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
         kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
         tmp_path: Path) -> None:
     cluster = unique("torn")
+    topic = unique("torn")
+    create_topic(kafka.bootstrap, topic, 1)
+    commit_offsets(kafka.bootstrap, unique("torn-group"), {(topic, 0): 0})
     taken = take_snapshot(kafka.bootstrap, cluster=cluster)
-    landed = [land(dataclasses.replace(taken, snapshot_ts=taken.snapshot_ts - timedelta(minutes=m)),
-                   tmp_path) for m in (4, 3, 2, 1)]
-    torn_manifest, torn_data, *good = landed
+    landed = [pipeline.land_snapshot(dataclasses.replace(
+        taken, snapshot_ts=taken.snapshot_ts - timedelta(minutes=m)), tmp_path)
+        for m in (5, 4, 3, 2, 1)]
+    torn_manifest, torn_data, torn_whatif, *good = landed
     _tear(torn_manifest.path("snapshots"))
     _tear(torn_data.path("committed_offsets"))
+    _tear(torn_whatif.whatif_path("assignment_whatif"))
     now = taken.snapshot_ts
 
     loaded = pipeline.check_and_load(postgres.url, tmp_path, cluster, now)
     assert loaded == [s.snapshot_id for s in good]
     assert [row[:2] for row in _dump(warehouse_engine, cluster)["snapshots"]] == [
         (cluster, s.snapshot_ts) for s in good]
-    for torn in (torn_manifest, torn_data):
+    for torn in (torn_manifest, torn_data, torn_whatif):
         folder = tmp_path / "_quarantine" / f"cluster={cluster}" / torn.snapshot_id
         reason = json.loads((folder / "reason.json").read_text())
         assert reason["manifest"] == str(torn.path("snapshots"))
@@ -199,6 +204,8 @@ def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
         assert not torn.path("snapshots").exists() and not torn.path("topics").exists()
         assert sorted(p.name for p in (folder / "snapshots").iterdir()) == sorted(
             f"{t}.parquet" for t in SCHEMAS)
+        assert not torn.whatif_path("assignment_whatif").exists()
+        assert (folder / "whatif" / "assignment_whatif.parquet").exists()
     with warehouse_engine.connect() as conn:
         reported = conn.execute(text(
             "SELECT subject, success, failures->0->>'observed' FROM ops.quality_results"
@@ -207,14 +214,14 @@ def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
         failed = conn.execute(text("SELECT quality_gate_failed FROM serve.cluster_conditions"
                                    " WHERE cluster = :c"), {"c": cluster}).scalar_one()
     assert [(s, ok) for s, ok, _ in reported] == sorted(
-        (t.snapshot_id, False) for t in (torn_manifest, torn_data))
+        (t.snapshot_id, False) for t in (torn_manifest, torn_data, torn_whatif))
     assert all("Parquet" in why or "parquet" in why for _, _, why in reported), reported
     assert failed == 1  # the quality_gate_failed alert condition: an incident
     # A second run finds nothing more to quarantine or load, and fails nothing.
     assert pipeline.check_and_load(postgres.url, tmp_path, cluster, now) == []
     with warehouse_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM ops.quality_results WHERE cluster = :c"
-                                 " AND suite = 'landed_files'"), {"c": cluster}).scalar_one() == 2
+                                 " AND suite = 'landed_files'"), {"c": cluster}).scalar_one() == 3
 
 
 def test_a_rejected_snapshot_is_never_read_by_spark(kafka: KafkaCluster, spark: Any,

@@ -18,7 +18,6 @@ so it is computed before the snapshot lands and kept beside it, under ``whatif/`
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -152,7 +151,6 @@ def quarantine(root: Path, manifest: Path, reason: str) -> Path:
             source = table / hour / manifest.name
             if source.exists():
                 layout.make_dirs_durably(folder / kind)
-                os.replace(source, folder / kind / f"{table.name}.parquet")
-                layout.fsync_path(folder / kind)
+                layout.replace_durably(source, folder / kind / f"{table.name}.parquet")
                 layout.fsync_path(source.parent)
     return folder

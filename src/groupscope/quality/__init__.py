@@ -139,12 +139,13 @@ def landed_checks(manifest: Mapping[str, Any]) -> dict[str, list[Check]]:
 def check_landed(landed: LandedSnapshot) -> SuiteResult:
     """Runs the landed-snapshot suite with the Arrow validator (``validate_arrow``: what
     Great Expectations would say, in milliseconds instead of seconds; it runs once per
-    snapshot, on the path to the alerts). A snapshot whose files cannot even be read fails
-    with the reason."""
+    snapshot, on the path to the alerts). A snapshot whose files (its what-if's too) cannot
+    even be read is ``unreadable``, with the reason."""
     subject = landed.snapshot_id
     try:
         tables = landed.read()
         manifest_rows = tables["snapshots"].to_pylist()
+        landed.read_whatif()  # loaded with it: a torn what-if file would fail every load
     except (OSError, pa.ArrowException) as exc:
         return unreadable(landed.cluster, subject, f"{type(exc).__name__}: {exc}")
     if len(manifest_rows) != 1:

@@ -29,10 +29,11 @@
 -- half-converted warehouse meanwhile (warehouse.check_migrated). The disk it needs at once is
 -- about twice the largest table (its copy and the WAL of the copy), not the whole warehouse.
 --
--- The way back (to a warehouse on 0009, same rows), per converted table, in one transaction:
---   CREATE TABLE raw.t__flat (LIKE raw.t INCLUDING ALL);   -- keys and indexes come along
---   INSERT INTO raw.t__flat SELECT * FROM raw.t;
---   DROP TABLE raw.t; ALTER TABLE raw.t__flat RENAME TO t;  -- then rename its indexes back
+-- The way back (to a warehouse on 0009, same rows), per converted table <s>.<t>, in one
+-- transaction (keys and indexes come along with LIKE; rename the indexes back after):
+--   CREATE TABLE <s>.<t>__flat (LIKE <s>.<t> INCLUDING ALL);
+--   INSERT INTO <s>.<t>__flat SELECT * FROM <s>.<t>;
+--   DROP TABLE <s>.<t>; ALTER TABLE <s>.<t>__flat RENAME TO <t>;
 -- with the views over the tables dropped before and recreated after (their definitions:
 -- pg_get_viewdef; the migrations 0001-0009 hold them), then
 --   DROP TABLE ops.retention_drops; DROP VIEW groupscope_meta.partitions;
