@@ -118,7 +118,13 @@ class Stack:
 
         engine = warehouse.engine_for(postgres.url)
         try:
-            applied = warehouse.migrate(engine)
+            # The stack's start is where its warehouse is migrated (the tasks only check it);
+            # a conversion of rows (an old stack's) shows its plan and each step.
+            plan = warehouse.migration_plan(engine)
+            copies = bool(plan.rewrite_bytes or plan.resumed)
+            for line in plan.describe() if copies else ():
+                say(line)
+            applied = warehouse.migrate(engine, progress=say if copies else None)
         finally:
             engine.dispose()
         say(f"PostgreSQL ready at {warehouse.safe_url(postgres.url)}"
