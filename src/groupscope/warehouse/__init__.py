@@ -1,6 +1,12 @@
 """The PostgreSQL warehouse: versioned migrations (``migrations/*.sql``, shipped in the package and
 found with ``importlib.resources``) and idempotent loads.
 
+Migrating is a deployment step (``migrate``: ``groupscope warehouse migrate``, the compose
+one-shot, the dev stack's start), never a task's: the stages call ``check_migrated``, which
+fails at once, naming the command, on a warehouse not (or half) migrated. Every lock wait of
+the migration, and of a load's partition creation, is bounded (``LockTimeout`` names who
+holds the warehouse's locks).
+
 A snapshot is loaded by replacing its rows whole (delete by natural key prefix, then COPY) in
 one transaction, so loading it once or five times leaves the same rows, and a half-done load
 leaves none.
