@@ -241,10 +241,10 @@ def test_a_rejected_snapshot_is_never_read_by_spark(kafka: KafkaCluster, spark: 
     quality.reject(rejected, quality.SuiteResult(quality.LANDED_SUITE, cluster,
                                                  rejected.snapshot_id, 1, (failure,)))
     start, end = taken.snapshot_ts - timedelta(hours=1), taken.snapshot_ts
-    for table in ("snapshots", "committed_offsets", "partition_offsets"):
-        rows = read_snapshot_table(spark, tmp_path, table, cluster, start, end).collect()
-        # Spark gives back the UTC time without its zone (the session's zone is UTC).
-        assert {r.snapshot_ts.replace(tzinfo=UTC) for r in rows} == {kept.snapshot_ts}, table
+    # The lag job's input (every job reads through read_snapshot_table alike).
+    rows = read_snapshot_table(spark, tmp_path, "committed_offsets", cluster, start, end)
+    # Spark gives back the UTC time without its zone (the session's zone is UTC).
+    assert {r.snapshot_ts.replace(tzinfo=UTC) for r in rows.collect()} == {kept.snapshot_ts}
 
 
 def test_a_lock_wait_is_bounded_and_names_the_holder(warehouse_engine: Engine,
