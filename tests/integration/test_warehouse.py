@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from kafkautil import commit_offsets, create_topic, produce_counts, take_snapsho
 from sqlalchemy import Engine, text
 
 from groupscope import pipeline, warehouse
+from groupscope.contract.model import Snapshot
 from groupscope.contract.tables import KEYS, SCHEMAS, to_tables
-from groupscope.land.snapshots import land, landed_snapshots
+from groupscope.land.snapshots import LandedSnapshot, land, landed_snapshots
 from groupscope_dev.kafka import KafkaCluster
 from groupscope_dev.postgres import LocalPostgres
 
@@ -175,17 +177,25 @@ def _tear(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+def _landed_backlog(kafka: KafkaCluster, cluster: str, landing: Path, count: int,
+                    lander: Callable[[Snapshot, Path], LandedSnapshot],
+                    ) -> tuple[Snapshot, list[LandedSnapshot]]:
+    """One real snapshot (a group committed on a topic of its own), landed ``count`` times a
+    minute apart before it was taken, oldest first: a backlog."""
+    topic = unique(cluster)
+    create_topic(kafka.bootstrap, topic, 1)
+    commit_offsets(kafka.bootstrap, unique(f"{cluster}-group"), {(topic, 0): 0})
+    taken = take_snapshot(kafka.bootstrap, cluster=cluster)
+    return taken, [lander(dataclasses.replace(
+        taken, snapshot_ts=taken.snapshot_ts - timedelta(minutes=m)), landing)
+        for m in range(count, 0, -1)]
+
+
 def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
         kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
         tmp_path: Path) -> None:
     cluster = unique("torn")
-    topic = unique("torn")
-    create_topic(kafka.bootstrap, topic, 1)
-    commit_offsets(kafka.bootstrap, unique("torn-group"), {(topic, 0): 0})
-    taken = take_snapshot(kafka.bootstrap, cluster=cluster)
-    landed = [pipeline.land_snapshot(dataclasses.replace(
-        taken, snapshot_ts=taken.snapshot_ts - timedelta(minutes=m)), tmp_path)
-        for m in (5, 4, 3, 2, 1)]
+    taken, landed = _landed_backlog(kafka, cluster, tmp_path, 5, pipeline.land_snapshot)
     torn_manifest, torn_data, torn_whatif, *good = landed
     _tear(torn_manifest.path("snapshots"))
     _tear(torn_data.path("committed_offsets"))
@@ -230,13 +240,7 @@ def test_a_rejected_snapshot_is_never_read_by_spark(kafka: KafkaCluster, spark: 
     from groupscope.analyze.io import read_snapshot_table
 
     cluster = unique("rejected")
-    topic = unique("rejected")
-    create_topic(kafka.bootstrap, topic, 1)
-    commit_offsets(kafka.bootstrap, unique("rejected-group"), {(topic, 0): 0})
-    taken = take_snapshot(kafka.bootstrap, cluster=cluster)
-    kept, rejected = (land(dataclasses.replace(taken, snapshot_ts=taken.snapshot_ts
-                                               - timedelta(minutes=m)), tmp_path)
-                      for m in (2, 1))
+    taken, (kept, rejected) = _landed_backlog(kafka, cluster, tmp_path, 2, land)
     failure = quality.Failure("topics", "ExpectTableRowCountToEqual", {"value": 1}, "observed 2")
     quality.reject(rejected, quality.SuiteResult(quality.LANDED_SUITE, cluster,
                                                  rejected.snapshot_id, 1, (failure,)))
