@@ -12,7 +12,7 @@ import argparse
 import ast
 import re
 import unicodedata
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from groupscope.settings import Settings, env_name
 from groupscope_dev.__main__ import build_parser as build_stack_parser
 from groupscope_dev.cli_reference import DOC as CLI_DOC
 from groupscope_dev.cli_reference import generated_part, render
+from groupscope_dev.runstatus import GroupNow, Sent, render_groups, render_notification
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -318,3 +319,40 @@ def test_the_readme_stays_short() -> None:
     lines = len((ROOT / "README.md").read_text().splitlines())
     assert lines <= 220, (f"README.md has {lines} lines: keep it to the user's first tasks "
                           "and move the rest to docs/ (about 200 lines)")
+
+
+# -- the README's excerpt of ./run: what the code prints -----------------------------------------
+def test_the_readme_excerpt_is_what_run_prints() -> None:
+    """The group table and the notification line of the README are rendered by the code that
+    prints them under ./run, from the rows they show (its figures are an example; its form is
+    not)."""
+    at = datetime(2026, 11, 26, 10, 53, 30, tzinfo=UTC)
+    five_before = datetime(2026, 11, 26, 10, 52, 18, tzinfo=UTC)
+
+    def group(group_id: str, **fields: object) -> GroupNow:
+        values: dict[str, object] = {"snapshot_ts": at, "state": "Stable", "status": "OK",
+                                     "time_lag_exact": True}
+        return GroupNow(group_id=group_id, **(values | fields))  # type: ignore[arg-type]
+
+    table = render_groups([
+        group("demo-empty", state="Empty", members=0, partitions=4, lag=0, time_lag_s=0.0,
+              empty_since=datetime(2026, 11, 26, 10, 50, 2, tzinfo=UTC)),
+        group("demo-range", members=3, partitions=12, lag=30, time_lag_s=1.0),
+        group("demo-roundrobin", state="Empty", members=0, partitions=10, lag=2905,
+              time_lag_s=73.0, time_lag_exact=False, status="ERR", stop_partitions=10,
+              behind=10, earlier_lag=37, earlier_ts=five_before,
+              empty_since=datetime(2026, 11, 26, 10, 52, 52, tzinfo=UTC)),
+        group("demo-slow", members=1, partitions=4, lag=1089, time_lag_s=54.0,
+              time_lag_exact=False, status="WARN", warn_partitions=4, behind=4,
+              earlier_lag=10, earlier_ts=five_before),
+    ])
+    fired = render_notification(
+        Sent("i1", "firing", datetime(2026, 11, 26, 10, 53, 2, tzinfo=UTC), "demo-roundrobin",
+             "local", "STOPPED", (("email", "sent", None), ("webhook", "sent", None))),
+        {"email": "dev/.stack/mail/", "webhook": "dev/.stack/webhook/webhook.log"})
+    for doc in (ROOT / "README.md", GETTING_STARTED):
+        shown = doc.read_text()
+        for line in [fired, *table.splitlines()]:
+            assert f"\n{line}\n" in shown, (
+                f"{_rel(doc)}'s excerpt of ./run lacks, as groupscope_dev.runstatus prints "
+                f"it:\n{line}")
