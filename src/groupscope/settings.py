@@ -7,7 +7,8 @@ webhook URL, the warehouse URL and its password) are ``SecretStr``: never in a m
 repr. Parsing has no side effects; ``Settings.writable_landing`` creates and checks the landing
 folder where it is about to be written.
 
-The variables, their defaults and rules are documented in the README (Settings).
+The variables, their defaults and rules are documented in docs/configuration.md (its table is
+checked against this class by tests/unit/test_docs.py).
 """
 
 from __future__ import annotations
