@@ -331,15 +331,20 @@ def _dashboard_results(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[An
     return out
 
 
+def _migrate_before(engine: Engine, version: int, tmp_path: Path) -> list[str]:
+    """Migrates an empty warehouse as it was before migration ``version``: an old one."""
+    before = tmp_path / "migrations"
+    before.mkdir()
+    for m in warehouse.migrations():
+        if m.version < version:
+            (before / f"{m.name}.sql").write_text(m.sql)
+    return warehouse.migrate(engine, tmp_path, now=NOW)
+
+
 def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
         fresh: tuple[str, str, Engine], postgres: LocalPostgres, tmp_path: Path) -> None:
     database, _, engine = fresh
-    before_0010 = tmp_path / "migrations"
-    before_0010.mkdir()
-    for m in warehouse.migrations():
-        if m.version < 10:
-            (before_0010 / f"{m.name}.sql").write_text(m.sql)
-    assert warehouse.migrate(engine, tmp_path)[-1] == "0009_serve_views"
+    assert _migrate_before(engine, 10, tmp_path)[-1] == "0009_serve_views"
     with engine.begin() as conn:
         conn.exec_driver_sql(FILL)
     reader_url = postgres.database_url(database, READER_ROLE, READER_PASSWORD)
@@ -505,12 +510,7 @@ def test_an_operational_retention_missing_or_under_a_day_fails_the_task(
 def test_the_key_migration_deletes_the_duplicate_rebalance_events_first(
         fresh: tuple[str, str, Engine], tmp_path: Path) -> None:
     _, _, engine = fresh
-    before = tmp_path / "migrations"
-    before.mkdir()
-    for m in warehouse.migrations():
-        if m.version < 18:
-            (before / f"{m.name}.sql").write_text(m.sql)
-    assert warehouse.migrate(engine, tmp_path, now=NOW)[-1] == "0017_partition_leaders"
+    assert _migrate_before(engine, 18, tmp_path)[-1] == "0017_partition_leaders"
     event = ("'c', '2024-06-15 09:10+00', 'g', {gen}, '{source}', {est}, 'range', 'eager', 2,"
              " 1, 0, 'joined', 1")
     rows = [event.format(gen=7, source="offsets_topic", est="false")] * 3 \
