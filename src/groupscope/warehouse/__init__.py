@@ -258,9 +258,9 @@ def lock_writers(conn: Any, cluster: str, tables: Iterable[str]) -> None:
     keys = sorted({f"groupscope-writer:{cluster}:{t}" for t in tables})
     milliseconds = int(WRITER_LOCK_TIMEOUT.total_seconds() * 1000)
     conn.execute(text(f"SET LOCAL lock_timeout = {milliseconds}"))
-    try:
-        for key in keys:
-            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
+    try:  # one round trip: the keys are locked in the array's order
+        conn.execute(text("SELECT count(pg_advisory_xact_lock(hashtext(k)))"
+                          " FROM unnest(CAST(:keys AS text[])) AS k"), {"keys": keys})
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
             raise
