@@ -248,8 +248,9 @@ def _replace(engine: Engine, tables: list[tuple[str, str, pa.Table]], cluster: s
 def lock_writers(conn: Any, cluster: str, tables: Iterable[str]) -> None:
     """Takes the writer lock of each table (``schema.table``) for ``cluster`` until the end of
     the transaction: a transaction-scoped advisory lock per (cluster, table), in one order
-    (no two writers wait on each other), waiting at most ``WRITER_LOCK_TIMEOUT`` in all, then
-    ``WriterBusy``. The lock waits are bounded for the rest of the transaction too.
+    (no two writers wait on each other), each wait at most ``WRITER_LOCK_TIMEOUT``, then
+    ``WriterBusy``. The transaction's other lock waits (its delete, its copy) are bounded
+    alike.
 
     Per table rather than per job: the live path and the hourly lag job write the same seven
     marts, the rebalance and skew jobs theirs, and a table is what two writers collide on.
