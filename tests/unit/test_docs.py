@@ -357,3 +357,13 @@ def test_the_readme_excerpt_is_what_run_prints() -> None:
             assert f"\n{line}\n" in shown, (
                 f"{_rel(doc)}'s excerpt of ./run lacks, as groupscope_dev.runstatus prints "
                 f"it:\n{line}")
+
+
+@pytest.mark.parametrize("doc", [ROOT / "README.md", GETTING_STARTED], ids=_rel)
+def test_the_demo_timeline_shown_is_the_one_run_plays(doc: Path) -> None:
+    from groupscope_dev.demo import Demo
+
+    played = Demo("127.0.0.1:9092", ROOT).describe()
+    assert played in doc.read_text(), (
+        f"{_rel(doc)}: the demo timeline block is not what ./run prints; replace it with the "
+        f"output of Demo(...).describe() (dev/groupscope_dev/demo.py):\n{played}")
