@@ -70,7 +70,8 @@ def land_snapshot(snapshot: Snapshot, landing: Path) -> LandedSnapshot:
 
 
 def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
-            timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
+            timeout_s: float, offset_fetch_connections: int = 3, group_kinds: str = "auto",
+            java_classpath: str = "") -> dict[str, Any]:
     """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe).
     Both run in a child process: librdkafka can crash on a coordinator that moves
     (``collect.isolated``); a crash is tried again once, then is a failure of this stage."""
@@ -79,7 +80,8 @@ def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
     try:
         summary: dict[str, Any] = run_isolated(
             "groupscope.pipeline:collect_here",
-            (cluster, landing, snapshot_ts, timeout_s, offset_fetch_connections),
+            (cluster, landing, snapshot_ts, timeout_s, offset_fetch_connections, group_kinds,
+             java_classpath),
             f"snapshot of cluster {cluster.name!r}", budget_s=budget_for(timeout_s))
     except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
@@ -87,13 +89,16 @@ def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
 
 
 def collect_here(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
-                 timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
+                 timeout_s: float, offset_fetch_connections: int = 3,
+                 group_kinds: str = "auto", java_classpath: str = "") -> dict[str, Any]:
     """``collect`` in this process (what its child runs). Raises ConfigError or
-    ClusterUnavailable."""
+    ClusterUnavailable. ``group_kinds`` and ``java_classpath``: the share and streams
+    groups (CollectorSettings)."""
     from groupscope.collect.collector import CollectorSettings, take_snapshot
 
     settings = CollectorSettings(request_timeout_s=timeout_s,
-                                 offset_fetch_connections=offset_fetch_connections)
+                                 offset_fetch_connections=offset_fetch_connections,
+                                 group_kinds=group_kinds, java_classpath=java_classpath)
     snapshot = take_snapshot(cluster, timeout_s, snapshot_ts, settings=settings)
     landed = land_snapshot(snapshot, landing)
     summary = {
