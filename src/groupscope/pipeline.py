@@ -105,8 +105,10 @@ def collect_here(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
         "cluster": cluster.name, "snapshot_id": landed.snapshot_id,
         "snapshot_ts": snapshot.snapshot_ts.isoformat(), "groups": len(snapshot.groups),
         "partitions": len(snapshot.partitions), "complete": snapshot.complete,
-        "errors": len(snapshot.errors),
+        "errors": len(snapshot.errors), "notes": list(snapshot.notes),
     }
+    for note in snapshot.notes:
+        log.info("snapshot %s: %s", landed.snapshot_id, note)
     if snapshot.errors:
         # Partial: landed with its errors (raw.collection_errors), visible, not fatal.
         log.warning("snapshot %s is partial: %d collection error(s), e.g. %s",

@@ -331,3 +331,23 @@ def test_classpath_unset_is_a_note_not_an_error(setup: Setup) -> None:
     result = unset.snapshot(datetime.now(UTC))
     assert result.complete
     assert any("no kafka-clients jar" in n for n in result.notes)
+
+
+def test_the_scheduled_collect_reads_the_kinds_in_its_child_process(setup: Setup,
+                                                                     tmp_path: Path) -> None:
+    """What the snapshot DAG runs: the snapshot in a child process (collect/isolated.py), whose
+    JVM ends with it; landed with the kinds' tables."""
+    from groupscope import pipeline
+    from groupscope.contract.cluster import ClusterConfig
+    from groupscope.land.snapshots import landed_snapshots
+
+    cluster = ClusterConfig("kinds-dag", {"bootstrap.servers": setup.bootstrap})
+    summary = pipeline.collect(cluster, tmp_path, datetime.now(UTC), 15.0,
+                               java_classpath=CLASSPATH)
+    assert summary["complete"] and summary["notes"] == []
+    (landed,) = landed_snapshots(tmp_path)
+    kinds = dict(zip(*(landed.read()["consumer_groups"].column(c).to_pylist()
+                       for c in ("group_id", "group_type")), strict=True))
+    assert (kinds[setup.share_busy], kinds[setup.streams_app]) == ("share", "streams")
+    without = pipeline.collect(cluster, tmp_path / "unset", datetime.now(UTC), 15.0)
+    assert without["complete"] and "no kafka-clients jar" in without["notes"][0]
