@@ -240,3 +240,18 @@ def test_each_kind_lands_what_only_it_has() -> None:
     for name, rows in tables.items():
         keys = [tuple(r[k] for k in KEYS[name]) for r in rows]
         assert len(keys) == len(set(keys)), name
+
+
+def test_the_cli_report_shows_a_share_groups_lag_and_the_notes() -> None:
+    from groupscope.serve.report import snapshot_json, snapshot_table
+
+    member = Member("m", "c", "h", None, (TopicPartition("t", 0), TopicPartition("t", 1)))
+    share = Group("queue", GroupType.SHARE, "Stable", "share", None, 1, 1, (member,), (),
+                  share_partitions=(SharePartition("t", 0, 10, 4), SharePartition("t", 1, 3, 0)))
+    snapshot = Snapshot("c", TS, (share,), (), (), notes=("streams groups skipped",))
+    doc = snapshot_json(snapshot)
+    assert doc["notes"] == ["streams groups skipped"]
+    assert doc["groups"][0]["offsets"] == []  # a share group commits nothing
+    table = snapshot_table(snapshot)
+    assert "queue" in table and " 4 " in table and "t[0] 4" in table
+    assert table.splitlines()[-1] == "  streams groups skipped"
