@@ -207,7 +207,11 @@ def _start_jvm(classpath: Sequence[str]) -> None:
             # At exit, JPype would wait for the JVM's shutdown, which waits for every
             # non-daemon Java thread: a process ends with its JVM, without that wait.
             jpype.config.destroy_jvm = False
-            jpype.startJVM(classpath=list(classpath), convertStrings=True)
+            try:
+                jpype.startJVM(classpath=list(classpath), convertStrings=True)
+            except (OSError, jpype.JVMNotFoundException, jpype.JVMNotSupportedException) as exc:
+                raise ConfigError(f"no usable Java runtime for the Java Admin client ({exc}); "
+                                  "install a JRE 17+ or set JAVA_HOME") from None
 
 
 @dataclass
