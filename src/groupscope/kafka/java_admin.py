@@ -406,23 +406,31 @@ def _streams_description(d: Any) -> KindDescription:
         members=members, topology_epoch=int(d.topologyEpoch()), subtopologies=subtopologies)
 
 
+def _per_partition(offsets: Any, read: Any) -> tuple[Any, ...]:
+    """``read(topic, partition, value)`` for each entry of a Java map of TopicPartition ->
+    value (null where the group has nothing there), sorted by topic and partition."""
+    return tuple(sorted((read(str(tp.topic()), int(tp.partition()), value)
+                         for tp, value in offsets.items()),
+                        key=lambda r: (r.topic, r.partition)))
+
+
+def _share_partition(topic: str, partition: int, info: Any) -> SharePartition:
+    if info is None:
+        return SharePartition(topic, partition, None, None)
+    return SharePartition(topic, partition, int(info.startOffset()), _int(_optional(info.lag())),
+                          _int(_optional(info.leaderEpoch())))
+
+
+def _committed_offset(topic: str, partition: int, meta: Any) -> CommittedOffset:
+    if meta is None:
+        return CommittedOffset(topic, partition, None)
+    return CommittedOffset(topic, partition, int(meta.offset()),
+                           _int(_optional(meta.leaderEpoch())), str(meta.metadata()) or None)
+
+
 def _share_partitions(offsets: Any) -> tuple[SharePartition, ...]:
-    found = []
-    for tp, info in offsets.items():
-        found.append(SharePartition(
-            topic=str(tp.topic()), partition=int(tp.partition()),
-            start_offset=int(info.startOffset()) if info is not None else None,
-            lag=_int(_optional(info.lag())) if info is not None else None,
-            leader_epoch=_int(_optional(info.leaderEpoch())) if info is not None else None))
-    return tuple(sorted(found, key=lambda p: (p.topic, p.partition)))
+    return _per_partition(offsets, _share_partition)
 
 
 def _committed(offsets: Any) -> tuple[CommittedOffset, ...]:
-    found = []
-    for tp, meta in offsets.items():
-        found.append(CommittedOffset(
-            topic=str(tp.topic()), partition=int(tp.partition()),
-            offset=int(meta.offset()) if meta is not None else None,
-            leader_epoch=_int(_optional(meta.leaderEpoch())) if meta is not None else None,
-            metadata=str(meta.metadata()) or None if meta is not None else None))
-    return tuple(sorted(found, key=lambda o: (o.topic, o.partition)))
+    return _per_partition(offsets, _committed_offset)
