@@ -46,14 +46,6 @@ def run_tool(tool: str, *args: str, version: str = DEFAULT_KAFKA_VERSION,
     return result.stdout
 
 
-def set_group_config(bootstrap: str, group: str, **config: str) -> None:
-    """A group's dynamic config (``kafka-configs.sh --entity-type groups``); keys with '.'
-    given with '_', e.g. ``share_auto_offset_reset="earliest"``."""
-    settings = ",".join(f"{k.replace('_', '.')}={v}" for k, v in config.items())
-    run_tool("kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
-             "--entity-type", "groups", "--entity-name", group, "--add-config", settings)
-
-
 @dataclass
 class JavaProcesses:
     """Java processes this helper started, stopped (by their own pids) together."""
