@@ -51,8 +51,11 @@ Beside them, `retention` keeps the warehouse's size: it creates the partitions o
 the next days, and drops the day (month) partitions older than the retention of their family:
 raw tables {raw} days, marts {mart} days, hourly roll-ups {hourly} days
 (`GROUPSCOPE_RETENTION_*_DAYS`). Every drop is logged and recorded in `ops.retention_drops`.
-The partitions hold every cluster's rows, so every cluster's DAG runs it; a second run in the
-same hour finds nothing to drop.
+It also deletes resolved alert incidents (never open ones) after {incidents} days, quality
+results after {quality} days and drop records after {drops} days.
+The partitions hold every cluster's rows, so every cluster's DAG runs it; runs at the same
+moment share the work without waiting for each other, and a second run in the same hour finds
+nothing to drop.
 """
 
 
@@ -74,7 +77,10 @@ def analytics_dag(conn_id: str) -> None:
          doc_md=DOC.format(cluster=cluster, when=when, spark=SETTINGS.spark_conn_id,
                            connect=SETTINGS.spark_connect_conn_id,
                            raw=SETTINGS.retention_raw_days, mart=SETTINGS.retention_mart_days,
-                           hourly=SETTINGS.retention_hourly_days))
+                           hourly=SETTINGS.retention_hourly_days,
+                           incidents=SETTINGS.retention_incidents_days,
+                           quality=SETTINGS.retention_quality_days,
+                           drops=SETTINGS.retention_drops_days))
     def analytics() -> None:
         jobs = [
             AnalyticsJobOperator(task_id=f"{job}_job", job=job, cluster=cluster,

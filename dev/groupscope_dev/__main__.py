@@ -1,4 +1,4 @@
-"""``dev/stack up|down|status`` and the README's main job (``./run``)."""
+"""``dev/stack up|down|status`` and the main job (``./run``; docs/getting-started.md)."""
 
 from __future__ import annotations
 
@@ -699,7 +699,9 @@ examples:
   ./run stop                             stop a ./run started in another terminal"""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``dev/stack``'s parser; its ``run`` subcommand is ``./run`` (docs/getting-started.md lists
+    every option, checked by tests/unit/test_docs.py)."""
     parser = argparse.ArgumentParser(prog="dev/stack")
     parser.add_argument("--state-dir", default="dev/.stack")
     parser.add_argument("--env-file", default="dev/.stack.env")
@@ -777,7 +779,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="only the healthy workload: no scripted incident")
     demo.add_argument("--no-kip848", action="store_true",
                       help="leave out the group.protocol=consumer group (Kafka < 4.0)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.action == "run" and args.demo is None:
         args.demo = "none" if args.bootstrap else "story"  # never a workload on yours unasked
     if args.action == "demo":

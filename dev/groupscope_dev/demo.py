@@ -4,8 +4,11 @@ timeline of scripted incidents, so that a first run tells a story.
 Most groups are healthy: they consume faster than the producer writes. The timeline
 (``TIMELINE``, printed at the start of ``./run``) then breaks some on purpose: a group killed
 with ``kill -9`` and restarted, a consumer that slows down and catches up again, a burst of
-membership churn (a rebalance storm); ``demo-range`` is skewed from the start (range on topics
-whose partition counts its three members do not divide), for the what-if advice.
+membership churn (a rebalance storm), a producer surge that one group cannot keep up with, and
+a member whose handler blocks (it stops polling, its heartbeats go on) just before another
+joins: a rebalance stuck waiting for it. Each alert they raise names its cause.
+``demo-range`` is skewed from the start (range on topics whose partition counts its three
+members do not divide), for the what-if advice.
 
 Each member is its own process, so that a crash can be a real ``SIGKILL`` (no LeaveGroup) and a
 graceful leave a real ``close()``. ``DEMO_GROUPS`` is the single description of the workload;
@@ -42,6 +45,7 @@ TOPICS: dict[str, int] = {
     "demo.events": 8,
     "demo.archive": 2,
     "demo.shipments": 4,
+    "demo.clicks": 3,
 }
 
 
@@ -57,6 +61,7 @@ class GroupSpec:
     empty: bool = False  # commits once, then every member leaves
     churn: bool = False  # the storm: members join, leave and crash during the timeline's burst
     rate: float | None = None  # records a member processes per second; None: as fast as it can
+    blocks: bool = False  # its first member's handler blocks when the timeline says so
 
     def instance_id(self, index: int) -> str | None:
         return f"{self.group_id}-instance-{index}" if self.static else None
@@ -74,6 +79,9 @@ DEMO_GROUPS: tuple[GroupSpec, ...] = (
     GroupSpec("demo-slow", ("demo.shipments",), 1, assignor="range"),
     GroupSpec("demo-assign-only", ("demo.audit",), 1, assign_only=True),
     GroupSpec("demo-empty", ("demo.archive",), 1, assignor="range", empty=True),
+    # keeps up with the producer's 20 records a second, not with its surge's 200
+    GroupSpec("demo-surge", ("demo.clicks",), 1, assignor="range", rate=60.0),
+    GroupSpec("demo-stuck", ("demo.orders",), 2, assignor="range", blocks=True),
 )
 
 # The groups the timeline leaves alone: they must stay OK and never notify.
@@ -81,8 +89,16 @@ HEALTHY = ("demo-range", "demo-static", "demo-kip848", "demo-assign-only", "demo
 STOPPED_GROUP = "demo-roundrobin"
 SLOW_GROUP = "demo-slow"
 STORM_GROUP = "demo-cooperative-sticky"
+SURGE_GROUP = "demo-surge"
+SURGE_TOPIC = "demo.clicks"
+STUCK_GROUP = "demo-stuck"
 PRODUCE_RATE = 20.0  # records per second to each topic
+SURGE_FACTOR = 10  # the surge: this many times the rate, to SURGE_TOPIC
 SLOW_SHARE = 0.25  # the slow consumer's rate, as a share of the production rate
+# The blocked member's max.poll.interval.ms (unscaled): past it, librdkafka leaves the group
+# for it and the rebalance completes without it. From the block (285 s) to the join (345 s)
+# and on to 525 s: the rebalance is stuck for 3 minutes, twice the rule's threshold.
+STUCK_POLL_INTERVAL_S = 240.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,7 @@ class Event:
     """One scripted step: ``at_s`` seconds into the (unscaled) timeline."""
 
     at_s: float
-    action: str  # kill | restart | slow | fast | storm | calm
+    action: str  # kill | restart | slow | fast | storm | calm | surge | unsurge | block | join
     group_id: str
     text: str
 
@@ -105,10 +121,24 @@ TIMELINE: tuple[Event, ...] = (
     Event(120, "kill", STOPPED_GROUP,
           "kill -9 of every demo-roundrobin member: STOP, then a FIRING notification"),
     Event(270, "calm", STORM_GROUP, "demo-cooperative-sticky stops churning"),
+    # A minute before the join: the rebalance's cause is told by who stopped committing before
+    # it began, which takes a snapshot or two to see.
+    Event(285, "block", STUCK_GROUP,
+          "a demo-stuck member's handler blocks: it stops polling, its heartbeats go on"),
     Event(300, "restart", STOPPED_GROUP,
           "demo-roundrobin restarts: it catches up, then a RESOLVED notification"),
+    Event(345, "join", STUCK_GROUP,
+          "a member joins demo-stuck: the rebalance waits for the blocked one (until its "
+          "max.poll.interval.ms, {stuck_for}, has passed since its last poll), and the "
+          "stuck-rebalance alert names it"),
+    # Late enough for a history to compare with (the causes need 8 snapshots of the group).
+    Event(360, "surge", SURGE_GROUP,
+          "the producer writes 10 times as much to demo.clicks; demo-surge cannot keep up: its "
+          "lag alert names a producer surge"),
     Event(390, "fast", SLOW_GROUP,
           "demo-slow is back to full speed: it catches up and its alert resolves"),
+    Event(420, "unsurge", SURGE_GROUP,
+          "demo.clicks is back to its usual rate: demo-surge catches up and its alert resolves"),
 )
 STORM_EVERY_S = 15.0
 TIMELINE_END_S = 600.0  # the last resolved notification is due well before
@@ -129,6 +159,11 @@ def demo_rules(time_scale: float = 1.0, floor_s: float = 30.0) -> str:
         "rules:\n"
         f"  - {{name: lag_seconds_high, threshold: {max(round(floor_s), round(60 * time_scale))}, "
         f"for: {seconds(60)}}}\n"
+        # The surge's lag passes this within its first half minute (unscaled); the healthy
+        # groups are never near it.
+        f"  - {{name: lag_records_high, overrides: [{{group: {SURGE_GROUP}, threshold: 1000,"
+        " for: 0s}]}\n"
+        f"  - {{name: rebalance_stuck, threshold: {max(round(floor_s), round(90 * time_scale))}}}\n"
     )
 
 
@@ -180,9 +215,10 @@ def _stop_on_signals() -> threading.Event:
 
 
 def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | None,
-               slow_rate: float) -> None:
+               slow_rate: float, max_poll_interval_ms: int | None = None) -> None:
     """One member: consume (at ``spec.rate`` records/s if set) and commit every second.
-    SIGUSR1 slows it to ``slow_rate`` records/s, SIGUSR2 lets it run at full speed again."""
+    SIGUSR1 slows it to ``slow_rate`` records/s (0: its handler blocks, it stops polling),
+    SIGUSR2 lets it run at full speed again."""
     # Before anything slow: a signal that comes first would end the process.
     rate = [spec.rate]
     signal.signal(signal.SIGUSR1, lambda *_: rate.__setitem__(0, slow_rate))
@@ -190,7 +226,10 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
     stopping = _stop_on_signals()
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(consumer_config(bootstrap, spec, index))
+    config = consumer_config(bootstrap, spec, index)
+    if max_poll_interval_ms is not None:
+        config["max.poll.interval.ms"] = max_poll_interval_ms
+    consumer = Consumer(config)
     owned = [TopicPartition(t, p) for t in spec.topics for p in range(TOPICS[t])]
     if spec.assign_only:
         consumer.assign(owned)
@@ -202,6 +241,9 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
         while not stopping.is_set():
             if stop_after is not None and time.monotonic() - started > stop_after:
                 break
+            if rate[0] == 0:  # a handler that never returns: no poll, no commit
+                time.sleep(0.2)
+                continue
             msg = consumer.poll(0.2)
             if msg is not None and not msg.error():
                 if rate[0]:
@@ -223,9 +265,14 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
 
 
 def run_producer(bootstrap: str, rate: float) -> None:
-    """Produces ``rate`` messages per second to every demo topic, keyed so partitions differ."""
+    """Produces ``rate`` messages per second to every demo topic, keyed so partitions differ.
+    SIGUSR1 starts the surge (``SURGE_FACTOR`` times as many to ``SURGE_TOPIC``), SIGUSR2
+    ends it."""
     from confluent_kafka import Producer
 
+    surging = [False]
+    signal.signal(signal.SIGUSR1, lambda *_: surging.__setitem__(0, True))
+    signal.signal(signal.SIGUSR2, lambda *_: surging.__setitem__(0, False))
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     stopping = _stop_on_signals()
     rng = random.Random(7)  # noqa: S311 - demo data, not security
@@ -235,7 +282,9 @@ def run_producer(bootstrap: str, rate: float) -> None:
         for topic in TOPICS:
             if topic == "demo.archive":
                 continue  # the empty group's topic stays still: its lag is old news
-            producer.produce(topic, key=str(rng.randrange(1000)).encode(), value=b"x" * 64)
+            for _ in range(SURGE_FACTOR if surging[0] and topic == SURGE_TOPIC else 1):
+                producer.produce(topic, key=str(rng.randrange(1000)).encode(),
+                                 value=b"x" * 64)
         sent += 1
         producer.poll(0)
         delay = started + sent / rate - time.monotonic()
@@ -286,7 +335,10 @@ class Demo:
 
     def add_member(self, spec: GroupSpec, index: int, stop_after: float | None = None) -> None:
         args = ["member", "--group", spec.group_id, "--index", str(index),
-                "--slow-rate", str(self.produce_rate * SLOW_SHARE)]
+                "--slow-rate", str(0 if spec.blocks else self.produce_rate * SLOW_SHARE)]
+        if spec.blocks:
+            args += ["--max-poll-interval-ms",
+                     str(round(STUCK_POLL_INTERVAL_S * self.time_scale * 1000))]
         if stop_after is not None:
             args += ["--stop-after", str(stop_after)]
         proc = self._spawn(args, f"{spec.group_id}-{index}")
@@ -340,7 +392,8 @@ class Demo:
         return happened
 
     def _text(self, event: Event) -> str:
-        return event.text.format(storm_every=f"{STORM_EVERY_S * self.time_scale:g} s")
+        return event.text.format(storm_every=f"{STORM_EVERY_S * self.time_scale:g} s",
+                                 stuck_for=f"{STUCK_POLL_INTERVAL_S * self.time_scale:g} s")
 
     def _carry_out(self, event: Event) -> None:
         spec = _spec(event.group_id)
@@ -356,6 +409,13 @@ class Demo:
         elif event.action in ("slow", "fast"):
             for proc in alive:
                 proc.send_signal(signal.SIGUSR1 if event.action == "slow" else signal.SIGUSR2)
+        elif event.action in ("surge", "unsurge") and self.producer is not None:
+            self.producer.send_signal(signal.SIGUSR1 if event.action == "surge"
+                                      else signal.SIGUSR2)
+        elif event.action == "block":
+            alive[0].send_signal(signal.SIGUSR1)  # its slow rate is 0: the handler blocks
+        elif event.action == "join":
+            self.add_member(spec, len(self.members.get(spec.group_id, [])))
         elif event.action == "storm":
             self.storming, self._next_churn = True, self.elapsed()
         elif event.action == "calm":
@@ -423,12 +483,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     member.add_argument("--index", type=int, default=0)
     member.add_argument("--stop-after", type=float)
     member.add_argument("--slow-rate", type=float, default=PRODUCE_RATE * SLOW_SHARE)
+    member.add_argument("--max-poll-interval-ms", type=int)
     producer = sub.add_parser("producer")
     producer.add_argument("--rate", type=float, default=PRODUCE_RATE)
     args = parser.parse_args(argv)
     if args.role == "member":
         run_member(args.bootstrap, _spec(args.group), args.index, args.stop_after,
-                   args.slow_rate)
+                   args.slow_rate, args.max_poll_interval_ms)
     else:
         run_producer(args.bootstrap, args.rate)
 

@@ -300,26 +300,44 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+# How long the operational tables keep their rows (GROUPSCOPE_RETENTION_*_DAYS): resolved
+# alert incidents with their deliveries, quality results, and the records of dropped partitions.
+OPS_RETENTION = {"incidents": timedelta(days=90), "quality": timedelta(days=30),
+                 "drops": timedelta(days=400)}
+
+
 def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) -> dict[str, Any]:
     """Warehouse housekeeping: creates the partitions of today and the coming days, then drops
     the partitions older than their family's retention (``keep``: raw, mart, hourly), each
-    recorded in ``ops.retention_drops``. Idempotent: a second run drops nothing. Returns a
-    summary (XCom-safe). Resolved alert incidents that owe nothing are deleted with the marts
-    (``mart`` retention)."""
-    from groupscope import warehouse
+    recorded in ``ops.retention_drops``; then deletes the operational rows older than theirs
+    (``keep``: incidents, quality, drops; ``OPS_RETENTION``): resolved alert incidents that owe
+    nothing, with their deliveries (never an open one), quality results, drop records.
+    Idempotent: a second run drops nothing. Returns a summary (XCom-safe).
+
+    Everything here is shared by the clusters, whose tasks all run it at the same minute: each
+    partition and the operational rows are taken by one run (a lock taken without waiting);
+    the others skip them, and none waits for another."""
+    from sqlalchemy import text
+
+    from groupscope import quality, warehouse
     from groupscope.serve.alerting import incidents
     from groupscope.warehouse import partitions
 
     try:
-        keep = partitions.check_retention(keep)
+        families = partitions.check_retention(keep)
+        ops = partitions.check_retention(keep, tuple(OPS_RETENTION))
     except ValueError as exc:
         raise StageFailed(f"retention: {exc}") from None
     with _warehouse(warehouse_url) as engine:
-        run = partitions.apply_retention(engine, keep, now)
+        run = partitions.apply_retention(engine, families, now)
         with warehouse.connect(engine) as conn, conn.begin():
-            # Resolved incidents go with the marts they were judged on.
-            pruned = incidents.prune(conn, now - keep["mart"])
-    return {**run.summary(), "alert_incidents_pruned": pruned}
+            pruned: dict[str, int] | str = "by another run"
+            if conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:key))"),
+                            {"key": "groupscope-retention:ops"}).scalar_one():
+                pruned = {"alert_incidents": incidents.prune(conn, now - ops["incidents"]),
+                          "quality_results": quality.prune(conn, now - ops["quality"]),
+                          "retention_drops": partitions.prune_drops(conn, now - ops["drops"])}
+    return {**run.summary(), "ops_pruned": pruned}
 
 
 # The live path computes at most this much after downtime (the newest snapshots first); what is
@@ -422,6 +440,8 @@ def _warehouse(warehouse_url: str) -> Iterator[Any]:
         yield engine
     except warehouse.WarehouseUnavailable as exc:
         raise WarehouseUnreachable(f"{exc} (landed data is kept and loads later)") from None
+    except warehouse.WriterBusy as exc:
+        raise StageFailed(str(exc)) from None
     except OperationalError as exc:  # no password in it
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
         where = engine.url.render_as_string(hide_password=True)

@@ -7,7 +7,8 @@ webhook URL, the warehouse URL and its password) are ``SecretStr``: never in a m
 repr. Parsing has no side effects; ``Settings.writable_landing`` creates and checks the landing
 folder where it is about to be written.
 
-The variables, their defaults and rules are documented in the README (Settings).
+The variables, their defaults and rules are documented in docs/configuration.md (its table is
+checked against this class by tests/unit/test_docs.py).
 """
 
 from __future__ import annotations
@@ -136,6 +137,12 @@ class Settings(BaseSettings):
     retention_raw_days: int = 14
     retention_mart_days: int = 90
     retention_hourly_days: int = 400
+    # How long the operational tables keep their rows, in whole days: resolved alert incidents
+    # (with their deliveries; open ones are kept), quality results, records of dropped
+    # partitions (groupscope.pipeline.OPS_RETENTION).
+    retention_incidents_days: int = 90
+    retention_quality_days: int = 30
+    retention_drops_days: int = 400
 
     @classmethod
     def settings_customise_sources(
@@ -191,7 +198,8 @@ class Settings(BaseSettings):
         return int(count)
 
     @field_validator("retention_raw_days", "retention_mart_days", "retention_hourly_days",
-                     mode="before")
+                     "retention_incidents_days", "retention_quality_days",
+                     "retention_drops_days", mode="before")
     @classmethod
     def _days(cls, raw: Any) -> int:
         try:
@@ -201,7 +209,7 @@ class Settings(BaseSettings):
         if not days.is_integer():
             raise ValueError("is not a whole number of days")
         if days < 1:
-            raise ValueError("must be at least 1 day (a partition is a day)")
+            raise ValueError("must be at least 1 day (retention keeps whole days)")
         if days > _MAX_SECONDS / 86400:
             raise ValueError("is too many days")
         return int(days)
@@ -268,10 +276,14 @@ class Settings(BaseSettings):
 
     @property
     def retention(self) -> dict[str, timedelta]:
-        """The retention per table family (groupscope.warehouse.partitions.FAMILIES)."""
+        """The retention per table family (groupscope.warehouse.partitions.FAMILIES) and per
+        operational table (groupscope.pipeline.OPS_RETENTION)."""
         return {"raw": timedelta(days=self.retention_raw_days),
                 "mart": timedelta(days=self.retention_mart_days),
-                "hourly": timedelta(days=self.retention_hourly_days)}
+                "hourly": timedelta(days=self.retention_hourly_days),
+                "incidents": timedelta(days=self.retention_incidents_days),
+                "quality": timedelta(days=self.retention_quality_days),
+                "drops": timedelta(days=self.retention_drops_days)}
 
     @property
     def kafka_connection_ids(self) -> tuple[str, ...]:

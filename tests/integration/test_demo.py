@@ -2,11 +2,13 @@
 what it is, churn is real (a graceful leave is seen at once, a SIGKILL only after the session
 timeout), and the demo's timeline, compressed, tells its story through the real pipeline
 (collect, gate, load, live marts, alerts): the scripted stop fires and resolves exactly once
-per channel, the slow consumer's lag in seconds fires, and the healthy groups stay OK and
-silent."""
+per channel, the slow consumer's lag in seconds fires, the producer surge's lag and the stuck
+rebalance fire naming their causes first (a producer surge; the member whose handler blocked),
+and the healthy groups stay OK and silent."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -29,6 +31,8 @@ from groupscope_dev.demo import (
     SLOW_GROUP,
     STOPPED_GROUP,
     STORM_GROUP,
+    STUCK_GROUP,
+    SURGE_GROUP,
     TOPICS,
     Demo,
     GroupSpec,
@@ -211,12 +215,14 @@ def test_the_compressed_timeline_fires_and_resolves_the_scripted_stop_only(
             str(m.get_body(preferencelist=("plain", "html")).get_content())
             for m in mail.mails()])
         return all(_notifications(t, STOPPED_GROUP, "RESOLVED")
-                   and _notifications(t, SLOW_GROUP, "FIRING") for t in texts.values())
+                   and _notifications(t, SLOW_GROUP, "FIRING")
+                   and _notifications(t, SURGE_GROUP, "FIRING") for t in texts.values()) \
+            and _firing(webhook, STUCK_GROUP, "rebalance_stuck") is not None
 
     try:
         demo.start_timeline()
-        wait_until(story_told, 400, "the scripted stop to fire and resolve, and the slow "
-                   "consumer to fire, on every channel")
+        wait_until(story_told, 400, "the scripted stop to fire and resolve, the slow "
+                   "consumer and the surge to fire, on every channel, and the stuck rebalance")
         loop.run(1)  # nothing more is owed for it
         with connect(loop_engine := _engine(postgres.url)) as conn:
             groups = {g.group_id: g for g in read_groups(conn, CLUSTER)}
@@ -231,6 +237,16 @@ def test_the_compressed_timeline_fires_and_resolves_the_scripted_stop_only(
         assert _notifications(sent, SLOW_GROUP, "FIRING"), (channel, sent)
         for healthy in HEALTHY:
             assert not [t for t in sent if healthy in t], (channel, healthy, sent)
+    # The surge and the stuck rebalance each name their cause first.
+    for group in (SURGE_GROUP, STUCK_GROUP):
+        print(json.dumps(_sent(webhook, group), indent=1, default=str))
+    surge = _firing(webhook, SURGE_GROUP, "lag_records_high")
+    assert surge is not None and surge["causes"] \
+        and surge["causes"][0]["kind"] == "producer_surge", _sent(webhook, SURGE_GROUP)
+    stuck = _firing(webhook, STUCK_GROUP, "rebalance_stuck")
+    assert stuck is not None and stuck["causes"] \
+        and stuck["causes"][0]["kind"] == "rebalance_waits", _sent(webhook, STUCK_GROUP)
+    assert f"(client {STUCK_GROUP}-0," in stuck["causes"][0]["evidence"], stuck  # the blocked one
     stop = _notifications(texts["webhook"], STOPPED_GROUP, "FIRING")[0]
     assert f"group {STOPPED_GROUP}: STOPPED" in stop, stop  # alone or grouped with others
     # its Empty and lag incidents are held (inhibition), not sent along with it
@@ -241,6 +257,19 @@ def test_the_compressed_timeline_fires_and_resolves_the_scripted_stop_only(
     assert len({g.snapshot_ts for g in groups.values()}) == 1
     assert groups["demo-empty"].empty_since is not None  # known, or "no member seen since"
     assert groups[STOPPED_GROUP].members == 3
+
+
+def _firing(webhook: WebhookCatcher, group: str, rule: str) -> dict[str, Any] | None:
+    """The group's first FIRING of ``rule``, as the webhook's JSON carries it (with causes)."""
+    return next((i for body in list(webhook.bodies) for i in body.get("incidents", [])
+                 if i.get("group") == group and i.get("rule") == rule
+                 and i.get("notification") == "firing"), None)
+
+
+def _sent(webhook: WebhookCatcher, group: str) -> list[dict[str, Any]]:
+    """Every incident the webhook carried for the group, whole: what a failed assert shows."""
+    return [i for body in list(webhook.bodies) for i in body.get("incidents", [])
+            if i.get("group") == group]
 
 
 def _engine(url: str) -> Any:

@@ -3,6 +3,9 @@ the writers, retention drops the expired ones and keeps the current ones, a reru
 midnight leaves the same rows, and converting an existing warehouse (migration 0010) leaves
 every serve view, and so every dashboard query, with the same rows.
 
+Two retention runs at once (every cluster's task at :00) drop each partition once and both
+succeed; the operational tables keep their rows their retention, and never an open incident.
+
 Each test has a database of its own: retention drops partitions of every cluster, and the
 session warehouse is shared."""
 
@@ -18,6 +21,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from conftest import unique
+from overlap import Run, lock_waiters, until
 from sqlalchemy import Engine, text
 
 from groupscope import pipeline, warehouse
@@ -29,6 +33,7 @@ pytestmark = pytest.mark.integration
 # Before the clock: the partitions the stages make ahead of the real day are never old here.
 NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)
 TS = pa.timestamp("us", tz="UTC")
+KEEP = {**partitions.DEFAULT_RETENTION, **pipeline.OPS_RETENTION}
 
 
 @pytest.fixture
@@ -142,8 +147,8 @@ def test_retention_drops_old_partitions_and_keeps_current_ones(
                 {"i": incident_id, "s": owed or "sent", "t": resolved})
 
     caplog.set_level("INFO", logger="groupscope.warehouse.partitions")
-    summary = pipeline.retention(url, partitions.DEFAULT_RETENTION, NOW)
-    assert summary["alert_incidents_pruned"] == 1
+    summary = pipeline.retention(url, KEEP, NOW)
+    assert summary["ops_pruned"]["alert_incidents"] == 1
     with engine.connect() as conn:
         kept = conn.execute(text("SELECT incident_id FROM ops.alert_incidents ORDER BY 1")
                             ).scalars().all()
@@ -326,15 +331,20 @@ def _dashboard_results(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[An
     return out
 
 
+def _migrate_before(engine: Engine, version: int, tmp_path: Path) -> list[str]:
+    """Migrates an empty warehouse as it was before migration ``version``: an old one."""
+    before = tmp_path / "migrations"
+    before.mkdir()
+    for m in warehouse.migrations():
+        if m.version < version:
+            (before / f"{m.name}.sql").write_text(m.sql)
+    return warehouse.migrate(engine, tmp_path, now=NOW)
+
+
 def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
         fresh: tuple[str, str, Engine], postgres: LocalPostgres, tmp_path: Path) -> None:
     database, _, engine = fresh
-    before_0010 = tmp_path / "migrations"
-    before_0010.mkdir()
-    for m in warehouse.migrations():
-        if m.version < 10:
-            (before_0010 / f"{m.name}.sql").write_text(m.sql)
-    assert warehouse.migrate(engine, tmp_path)[-1] == "0009_serve_views"
+    assert _migrate_before(engine, 10, tmp_path)[-1] == "0009_serve_views"
     with engine.begin() as conn:
         conn.exec_driver_sql(FILL)
     reader_url = postgres.database_url(database, READER_ROLE, READER_PASSWORD)
@@ -371,3 +381,148 @@ def test_converting_a_filled_warehouse_keeps_every_view_and_panel_row(
                                            if dict(r)["condition"] in conditions_before]
         assert {v: views_after[v] for v in views_before} == views_before
         assert _dashboard_results(reader) == panels_before
+
+
+# -- two retention runs at once ------------------------------------------------------------------
+
+# Holds every ALTER TABLE of the database (a DETACH) at its start while the test holds the
+# advisory lock: both runs reach their DETACH before either drops anything.
+GATE = 0x7265746E  # "retn"
+GATE_SQL = f"""
+CREATE FUNCTION public.gate() RETURNS event_trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_lock_shared({GATE});
+    PERFORM pg_advisory_unlock_shared({GATE});
+END $$;
+CREATE EVENT TRIGGER gate ON ddl_command_start WHEN TAG IN ('ALTER TABLE')
+    EXECUTE FUNCTION public.gate();
+"""
+
+
+def test_two_retention_runs_drop_the_same_partition_once_and_both_succeed(
+        fresh: tuple[str, str, Engine], postgres: LocalPostgres) -> None:
+    database, url, engine = fresh
+    warehouse.migrate(engine, now=NOW)
+    old = [NOW - timedelta(days=100), NOW - timedelta(days=100, hours=1)]  # one day's partition
+    warehouse.replace_interval_rows(engine, "mart", [("group_lag", _group_lag("a", old, 1))],
+                                    "a", "snapshot_ts", old[1], NOW)
+    expired = "mart.group_lag_p20240307"
+    with psycopg.connect(postgres.superuser_url(database), autocommit=True) as root:
+        root.execute(GATE_SQL)
+        root.execute(f"SELECT pg_advisory_lock({GATE})")
+        runs = [Run(lambda: pipeline.retention(url, KEEP, NOW)) for _ in range(2)]
+        for run in runs:
+            run.start()
+        # Both runs at the gate, or one there and the other done (it left the partition to
+        # the one that holds it).
+        until(lambda: lock_waiters(engine) + sum(r.finished.is_set() for r in runs) == 2,
+              "both retention runs at their first DETACH")
+        root.execute(f"SELECT pg_advisory_unlock({GATE})")
+        summaries = [run.outcome() for run in runs]
+        root.execute("DROP EVENT TRIGGER gate")
+    assert sorted(d for s in summaries for d in s["dropped"]) == [expired]
+    assert sorted(d for s in summaries for d in s["dropped_elsewhere"]) == [expired]
+    assert all(s["deferred"] == [] for s in summaries)
+    with engine.connect() as conn:
+        assert _times(conn, "mart.group_lag", "a") == []
+        assert conn.execute(text("SELECT schema_name || '.' || partition_name"
+                                 " FROM ops.retention_drops")).scalars().all() == [expired]
+
+
+# -- the operational tables ----------------------------------------------------------------------
+
+def _incident(conn: Any, incident_id: str, state: str, started: datetime,
+              resolved: datetime | None, deliveries: list[tuple[str, datetime]]) -> None:
+    conn.execute(text(
+        "INSERT INTO ops.alert_incidents (incident_id, fingerprint, rule, severity, cluster,"
+        " group_id, topic, state, started_at, last_seen_at, evaluated_at, resolved_at, value,"
+        " threshold, details, labels, runbook) VALUES (:i, :i, 'r', 'critical', 'c', 'g', '',"
+        " :s, :t, :t, :t, :r, 1, 0, '{}', '{}', '')"),
+        {"i": incident_id, "s": state, "t": started, "r": resolved})
+    for n, (delivery_state, at) in enumerate(deliveries):
+        conn.execute(text(
+            "INSERT INTO ops.alert_deliveries (incident_id, notification, channel, state,"
+            " created_at, last_attempt_at, sent_at) VALUES (:i, :n, 'webhook', :s, :t, :t,"
+            " CASE WHEN :s = 'sent' THEN CAST(:t AS timestamptz) END)"),
+            {"i": incident_id, "n": f"n{n}", "s": delivery_state, "t": at})
+
+
+def test_ops_retention_deletes_what_is_past_its_limit_and_never_an_open_incident(
+        fresh: tuple[str, str, Engine]) -> None:
+    _, url, engine = fresh
+    warehouse.migrate(engine, now=NOW)
+    keep = {**KEEP, "incidents": timedelta(days=10), "quality": timedelta(days=5),
+            "drops": timedelta(days=20)}
+    days = lambda n: NOW - timedelta(days=n)  # noqa: E731
+    with engine.begin() as conn:
+        _incident(conn, "resolved-old", "resolved", days(40), days(11),
+                  [("sent", days(30)), ("given_up", days(11))])
+        _incident(conn, "resolved-recent", "resolved", days(40), days(9), [("sent", days(9))])
+        # resolved long ago, but its RESOLVED is still retried, or was sent only lately
+        _incident(conn, "resolved-owing", "resolved", days(40), days(30), [("failed", days(30))])
+        _incident(conn, "resolved-sent-lately", "resolved", days(40), days(30),
+                  [("sent", days(2))])
+        # open for months: firing (its repeats owed), pending, never deleted
+        _incident(conn, "firing-old", "firing", days(200), None, [("sent", days(199))])
+        _incident(conn, "pending-old", "pending", days(200), None, [])
+        for n, age in enumerate((6, 5, 4)):
+            conn.execute(text(
+                "INSERT INTO ops.quality_results (checked_at, cluster, suite, subject, success,"
+                " expectations, failed, failures) VALUES (:t, 'c', 'marts', :s, true, 1, 0,"
+                " '[]')"), {"t": days(age) - timedelta(seconds=1) * (age == 5), "s": f"s{n}"})
+        for n, age in enumerate((21, 19)):
+            conn.execute(text(
+                "INSERT INTO ops.retention_drops VALUES (:t, 'mart', 'group_lag', :p, 'mart',"
+                " :t, :t, 90, 1)"), {"t": days(age), "p": f"group_lag_p{n}"})
+
+    summary = pipeline.retention(url, keep, NOW)
+    assert summary["ops_pruned"] == {"alert_incidents": 1, "quality_results": 2,
+                                     "retention_drops": 1}
+    with engine.connect() as conn:
+        incidents = conn.execute(text(
+            "SELECT incident_id FROM ops.alert_incidents ORDER BY 1")).scalars().all()
+        deliveries = conn.execute(text(
+            "SELECT DISTINCT incident_id FROM ops.alert_deliveries ORDER BY 1")).scalars().all()
+        quality = conn.execute(text(
+            "SELECT subject FROM ops.quality_results ORDER BY 1")).scalars().all()
+        drops = conn.execute(text(
+            "SELECT partition_name FROM ops.retention_drops")).scalars().all()
+    assert incidents == ["firing-old", "pending-old", "resolved-owing", "resolved-recent",
+                         "resolved-sent-lately"]
+    assert deliveries == ["firing-old", "resolved-owing", "resolved-recent",
+                          "resolved-sent-lately"]
+    assert quality == ["s2"]  # 4 days old; 5 days and a second, 6 days: past 5 days
+    assert drops == ["group_lag_p1"]
+    # Idempotent: again, nothing more goes.
+    assert pipeline.retention(url, keep, NOW)["ops_pruned"] == {
+        "alert_incidents": 0, "quality_results": 0, "retention_drops": 0}
+
+
+def test_an_operational_retention_missing_or_under_a_day_fails_the_task(
+        fresh: tuple[str, str, Engine]) -> None:
+    _, url, _ = fresh
+    with pytest.raises(pipeline.StageFailed, match=r"retention: no retention for \['quality'\]"):
+        pipeline.retention(url, {k: v for k, v in KEEP.items() if k != "quality"}, NOW)
+
+
+# -- mart.rebalance_events' key on an old warehouse ----------------------------------------------
+
+def test_the_key_migration_deletes_the_duplicate_rebalance_events_first(
+        fresh: tuple[str, str, Engine], tmp_path: Path) -> None:
+    _, _, engine = fresh
+    assert _migrate_before(engine, 18, tmp_path)[-1] == "0017_partition_leaders"
+    event = ("'c', '2024-06-15 09:10+00', 'g', {gen}, '{source}', {est}, 'range', 'eager', 2,"
+             " 1, 0, 'joined', 1")
+    rows = [event.format(gen=7, source="offsets_topic", est="false")] * 3 \
+        + [event.format(gen=8, source="offsets_topic", est="false")] \
+        + [event.format(gen="NULL", source="snapshots", est="true")] * 2
+    with engine.begin() as conn:  # what two overlapping writes left: every event twice or more
+        for row in rows:
+            conn.exec_driver_sql(f"INSERT INTO mart.rebalance_events VALUES ({row})")
+    assert warehouse.migrate(engine, now=NOW) == ["0018_rebalance_events_key"]
+    with engine.connect() as conn:
+        left = conn.execute(text(
+            "SELECT generation, source, count(*) FROM mart.rebalance_events"
+            " GROUP BY 1, 2 ORDER BY 1, 2")).all()
+    assert [tuple(r) for r in left] == [(7, "offsets_topic", 1), (8, "offsets_topic", 1),
+                                        (None, "snapshots", 1)]

@@ -1,15 +1,20 @@
 """Landing and warehouse loading against a real PostgreSQL: hostile names arrive unchanged,
-loads are idempotent, and a warehouse that is down loses nothing."""
+loads are idempotent, a warehouse that is down loses nothing, and two writers of the same
+rows at once (the live path and the hourly job) leave what one alone would."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import unique
 from kafkautil import commit_offsets, create_topic, produce_counts, take_snapshot
+from overlap import hold_first
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError
 
 from groupscope import warehouse
 from groupscope.contract.tables import KEYS, SCHEMAS, to_tables
@@ -161,3 +166,97 @@ def test_warehouse_down_is_a_clear_error_and_landed_data_is_kept(
     assert len(pending) == 1
     warehouse.load_snapshot(warehouse_engine, pending[0].read())
     assert _dump(warehouse_engine, snapshot.cluster)["snapshots"]
+
+
+# -- writers of the same rows at once ----------------------------------------------------------
+
+HOUR = datetime(2024, 1, 10, 10, tzinfo=UTC)
+STAMPS = [HOUR + timedelta(minutes=10 * i) for i in range(6)]
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _group_lag(cluster: str, start: datetime, end: datetime) -> pa.Table:
+    stamps = [s for s in STAMPS if start <= s < end]
+    n = len(stamps)
+    return pa.table({"cluster": [cluster] * n, "snapshot_ts": pa.array(stamps, TS),
+                     "group_id": ["g"] * n, "partitions": [2] * n,
+                     "lag": [s.minute for s in stamps], "negative_lag_partitions": [0] * n,
+                     "beyond_retention_partitions": [0] * n})
+
+
+def _lag_rows(engine: Engine, cluster: str) -> list[tuple[object, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT snapshot_ts, group_id, lag FROM mart.group_lag WHERE cluster = :c"
+            " ORDER BY snapshot_ts"), {"c": cluster})]
+
+
+@pytest.mark.parametrize("first", ["hourly", "live"])
+def test_live_and_hourly_writes_of_one_interval_take_turns(warehouse_engine: Engine,
+                                                           first: str) -> None:
+    # The hourly lag job replaces the hour; a live run at the same moment replaces its last
+    # three snapshots (the same transforms: the same rows for them).
+    intervals = {"hourly": (HOUR, HOUR + timedelta(hours=1)),
+                 "live": (STAMPS[3], STAMPS[5] + timedelta(microseconds=1))}
+
+    def write(cluster: str, which: str) -> None:
+        start, end = intervals[which]
+        warehouse.replace_interval_rows(warehouse_engine, "mart", [
+            ("group_lag", _group_lag(cluster, start, end))], cluster, "snapshot_ts", start, end)
+
+    alone, cluster = unique("lag-alone"), unique("lag-overlap")
+    write(alone, "hourly")
+    second = "live" if first == "hourly" else "hourly"
+    # The first is held after its copy, uncommitted, until the second waits for it.
+    hold_first(warehouse_engine, warehouse, "_copy", lambda: write(cluster, first),
+               lambda: write(cluster, second))
+    assert _lag_rows(warehouse_engine, cluster) == _lag_rows(warehouse_engine, alone)
+    assert len(_lag_rows(warehouse_engine, cluster)) == len(STAMPS)
+
+
+def _events(cluster: str) -> pa.Table:
+    n = 3
+    return pa.table({
+        "cluster": [cluster] * n, "event_ts": pa.array(STAMPS[1:1 + n], TS),
+        "group_id": ["g", "g", "h"], "generation": pa.array([7, 8, None], pa.int32()),
+        "source": ["offsets_topic", "offsets_topic", "snapshots"],
+        "estimated": [False, False, True], "protocol": ["range"] * n,
+        "rebalance_type": ["eager"] * n, "members": [2] * n, "joined": [1] * n,
+        "left": [0] * n, "cause": ["joined"] * n, "partitions_moved": [1] * n})
+
+
+def test_two_writes_of_the_same_rebalance_events_leave_them_once(
+        warehouse_engine: Engine) -> None:
+    cluster = unique("events")
+    end = HOUR + timedelta(hours=1)
+
+    def write() -> None:
+        warehouse.replace_interval_rows(warehouse_engine, "mart", [
+            ("rebalance_events", _events(cluster))], cluster, "event_ts", HOUR, end)
+
+    hold_first(warehouse_engine, warehouse, "_copy", write, write)
+    with warehouse_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT event_ts, group_id, generation FROM mart.rebalance_events"
+            " WHERE cluster = :c ORDER BY event_ts"), {"c": cluster}).all()
+    assert [tuple(r) for r in rows] == [(STAMPS[1], "g", 7), (STAMPS[2], "g", 8),
+                                        (STAMPS[3], "h", None)]
+    # The key refuses what a writer that skips the lock would leave.
+    with pytest.raises(IntegrityError, match="duplicate key"), \
+            warehouse_engine.begin() as conn:
+        conn.execute(text("INSERT INTO mart.rebalance_events SELECT * FROM mart.rebalance_events"
+                          " WHERE cluster = :c"), {"c": cluster})
+
+
+def test_a_writer_kept_waiting_too_long_fails_clearly_and_writes_nothing(
+        warehouse_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = unique("busy")
+    monkeypatch.setattr(warehouse, "WRITER_LOCK_TIMEOUT", timedelta(milliseconds=200))
+    with warehouse_engine.begin() as holder:  # another writer, in the middle of its write
+        warehouse.lock_writers(holder, cluster, ["mart.group_lag"])
+        with pytest.raises(warehouse.WriterBusy, match=r"mart\.group_lag for cluster "
+                           rf"'{cluster}' longer than 0\.2 s .*nothing was written"):
+            warehouse.replace_interval_rows(
+                warehouse_engine, "mart", [("group_lag", _group_lag(cluster, HOUR, STAMPS[2]))],
+                cluster, "snapshot_ts", HOUR, STAMPS[2])
+    assert _lag_rows(warehouse_engine, cluster) == []

@@ -46,6 +46,21 @@ def member(minute: float, member_id: str, group_id: str = "g",
             "member_id": member_id, "client_id": "c", "host": "/h", "instance_id": instance_id}
 
 
+def test_exact_events_are_one_per_group_time_and_generation() -> None:
+    from groupscope.offsets.timeline import Generation, Timeline, TimelineMember
+
+    def epoch(number: int, minute: float, members: int) -> Generation:
+        return Generation(number, at(minute), "uniform", None, "consumer",
+                          [TimelineMember(f"m{i}", None, "c", "/h", ()) for i in range(members)])
+
+    # Epoch 5 written twice in the same millisecond (the mart's key: one event, the last),
+    # epoch 6 later; epoch 4 is before the interval.
+    timeline = Timeline("g", "consumer", "consumer", [
+        epoch(4, -1, 1), epoch(5, 1, 1), epoch(5, 1, 2), epoch(6, 2, 2)])
+    rows = R.exact_events("c", [timeline], at(0), at(60))
+    assert [(r[1], r[3], r[8]) for r in rows] == [(at(1), 5, 2), (at(2), 6, 2)]
+
+
 def test_estimated_events_from_membership_changes(spark: SparkSession) -> None:
     groups = [group(m, "Stable", 1) for m in range(5)]
     members = [member(0, "a"), member(1, "a"), member(2, "a"), member(2, "b"),  # b joined

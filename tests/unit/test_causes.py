@@ -125,6 +125,18 @@ def test_ten_times_the_production_with_steady_consumption_is_a_surge() -> None:
     assert "consumer_slower" not in kinds(found)  # the surge explains it
 
 
+def test_a_surge_one_interval_old_is_named_at_once() -> None:
+    # 10x production in the newest interval only: averaged over the five recent intervals it
+    # is 2.8x, under the factor, yet a lag alert firing now is the surge's doing.
+    def surging(i: int) -> tuple[str | None, int, int]:
+        hw = 1000 + i * 100 if i <= 18 else 1000 + 1800 + (i - 18) * 1000
+        return "m-alice", 1000 + i * 100, hw
+    found = rank(evidence(20, {("orders", 0): surging}), "lag_records")
+    assert kinds(found)[0] == "producer_surge", found
+    assert "production up 10.0x since 10:04:30Z" in found[0].evidence
+    assert "consumer_slower" not in kinds(found)
+
+
 def test_a_consumer_slower_than_steady_production_is_named() -> None:
     found = rank(evidence(20, {("orders", 0): steady(produce=100, consume=60)}), "lag_seconds")
     assert kinds(found) == ["consumer_slower"], found

@@ -3,7 +3,7 @@ Compose does, validated against Compose's own schema (compose-go's compose-spec.
 dev/compose-validator, fetched once from the Go module proxy), then held to the deployment's
 rules: healthchecks or one-shots, depends_on conditions, no secret in the file, every variable
 in .env.example, the connections the code uses, Grafana on the read-only role, the files it
-mounts and builds from, and the README's compose section."""
+mounts and builds from, and the compose section of docs/operations.md."""
 
 from __future__ import annotations
 
@@ -384,27 +384,30 @@ def test_the_image_installs_the_wheel_with_the_locked_dependencies() -> None:
     assert "COPY --chown=groupscope:0 plugins /opt/airflow/plugins" in dockerfile
 
 
-# -- the README ----------------------------------------------------------------------------------
-def _readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
+# -- its documentation ---------------------------------------------------------------------------
+DOC = ROOT / "docs" / "operations.md"
+
+
+def _doc_section() -> str:
+    text = DOC.read_text()
     match = re.search(r"^## docker compose\n(.*?)(?=^## )", text, re.M | re.S)
-    assert match, "README has no '## docker compose' section"
+    assert match, f"{DOC.relative_to(ROOT)} has no '## docker compose' section"
     return match.group(1)
 
 
-def test_the_readme_names_only_what_the_file_has(services: dict[str, Any]) -> None:
-    section = _readme_section()
+def test_the_doc_names_only_what_the_file_has(services: dict[str, Any]) -> None:
+    section = _doc_section()
     named = set(re.findall(r"service `([\w-]+)`", section))
     for row in re.findall(r"^\| ((?:`[\w-]+`(?:, )?)+) \|", section, re.M):
         named |= set(re.findall(r"`([\w-]+)`", row))
-    assert named - set(services) == set(), "README names services the file does not have"
-    assert set(services) - named == set(), "services the README's table leaves out"
+    assert named - set(services) == set(), "the doc names services the file does not have"
+    assert set(services) - named == set(), "services the doc's table leaves out"
     published = {int(str(p).split(":")[-2]) for s in services.values()
                  for p in s.get("ports") or []}
     mentioned = {int(p) for p in re.findall(r"localhost:(\d+)", section)}
-    assert mentioned, "the README mentions no port"
-    assert mentioned - published == set(), "README ports the file does not publish"
-    assert published - mentioned == set(), "published ports the README does not mention"
+    assert mentioned, "the doc mentions no port"
+    assert mentioned - published == set(), "the doc names ports the file does not publish"
+    assert published - mentioned == set(), "published ports the doc does not mention"
     for step in ("cp .env.example .env", "docker compose up -d"):
         assert step in section
     assert "./run" in section

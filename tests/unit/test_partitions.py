@@ -53,6 +53,18 @@ def test_retention_needs_every_family_and_at_least_a_day() -> None:
         check_retention({**DEFAULT_RETENTION, "raw": timedelta(hours=12)})
 
 
+def test_the_operational_tables_need_their_retention_too() -> None:
+    from groupscope.pipeline import OPS_RETENTION
+
+    assert check_retention(OPS_RETENTION, tuple(OPS_RETENTION)) == OPS_RETENTION
+    with pytest.raises(ValueError, match="quality"):
+        check_retention({"incidents": timedelta(days=1), "drops": timedelta(days=1)},
+                        tuple(OPS_RETENTION))
+    with pytest.raises(ValueError, match="under a day"):
+        check_retention({**OPS_RETENTION, "incidents": timedelta(hours=1)},
+                        tuple(OPS_RETENTION))
+
+
 def test_days_ahead_start_at_midnight_utc() -> None:
     late = datetime(2024, 6, 15, 23, 30, tzinfo=UTC).astimezone()  # any zone: same instant
     assert days_ahead(late, 2) == [datetime(2024, 6, d, tzinfo=UTC) for d in (15, 16, 17)]

@@ -42,7 +42,8 @@ def test_defaults_when_nothing_is_set(tmp_path: Path) -> None:
     assert s.alert_log == Path.home() / ".groupscope" / "alerts.jsonl"
     assert s.alert_webhook_url is None and s.warehouse_url is None
     assert s.retention == {"raw": timedelta(days=14), "mart": timedelta(days=90),
-                           "hourly": timedelta(days=400)}
+                           "hourly": timedelta(days=400), "incidents": timedelta(days=90),
+                           "quality": timedelta(days=30), "drops": timedelta(days=400)}
     # Without AIRFLOW_HOME, Airflow's own default home.
     assert load_settings({}).landing == Path.home() / "airflow" / "groupscope-landing"
 
@@ -59,6 +60,8 @@ def test_values_when_set(tmp_path: Path) -> None:
         "WAREHOUSE_URL": f"postgresql://gs:{SECRET}@db:5432/groupscope",
         "GROUPSCOPE_RETENTION_RAW_DAYS": "7", "GROUPSCOPE_RETENTION_MART_DAYS": "30.0",
         "GROUPSCOPE_RETENTION_HOURLY_DAYS": "730", "GROUPSCOPE_OFFSET_FETCH_CONNECTIONS": "2",
+        "GROUPSCOPE_RETENTION_INCIDENTS_DAYS": "180", "GROUPSCOPE_RETENTION_QUALITY_DAYS": "7",
+        "GROUPSCOPE_RETENTION_DROPS_DAYS": "60",
     })
     assert s.landing == tmp_path / "landing"
     assert (s.snapshot_every, s.ingest_every) == (timedelta(seconds=15), timedelta(seconds=2.5))
@@ -70,7 +73,8 @@ def test_values_when_set(tmp_path: Path) -> None:
     assert reveal(s.alert_webhook_url) == f"https://hooks.example/{SECRET}"
     assert reveal(s.warehouse_url) == f"postgresql://gs:{SECRET}@db:5432/groupscope"
     assert s.retention == {"raw": timedelta(days=7), "mart": timedelta(days=30),
-                           "hourly": timedelta(days=730)}
+                           "hourly": timedelta(days=730), "incidents": timedelta(days=180),
+                           "quality": timedelta(days=7), "drops": timedelta(days=60)}
     assert s.offset_fetch_connections == 2
 
 
@@ -110,6 +114,9 @@ def test_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> 
     ("GROUPSCOPE_OFFSET_FETCH_CONNECTIONS", "two", "is not a whole number of connections"),
     ("GROUPSCOPE_RETENTION_MART_DAYS", "90d", "is not a whole number of days"),
     ("GROUPSCOPE_RETENTION_HOURLY_DAYS", "0.5", "is not a whole number of days"),
+    ("GROUPSCOPE_RETENTION_INCIDENTS_DAYS", "0", "must be at least 1 day"),
+    ("GROUPSCOPE_RETENTION_QUALITY_DAYS", "a month", "is not a whole number of days"),
+    ("GROUPSCOPE_RETENTION_DROPS_DAYS", "-3", "must be at least 1 day"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(variable: str, value: str,
                                                       reason: str) -> None:

@@ -1,7 +1,7 @@
 """Lag in offsets and in seconds, per partition and snapshot, with rates and roll-ups: pure
 DataFrame -> DataFrame functions over the landed snapshot tables.
 
-Definitions (DESIGN.md, "Analytics definitions"):
+Definitions (docs/definitions.md explains them for users):
 
 - ``lag = high_watermark - committed_offset``, unclamped (negative: committed beyond the high
   watermark, reported, never hidden). ``lag_beyond_retention``: the committed offset is below

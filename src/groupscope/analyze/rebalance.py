@@ -61,16 +61,18 @@ def cause(joined: int, left: int) -> str:
 
 def exact_events(cluster: str, timelines: Iterable[Timeline], start: datetime,
                  end: datetime) -> list[tuple[Any, ...]]:
-    """Rows of EVENT_SCHEMA for the generations in [start, end)."""
-    rows = []
+    """Rows of EVENT_SCHEMA for the generations in [start, end), one per group, time and
+    generation (the mart's key): a generation recorded twice in the same millisecond (a
+    consumer group's epoch written again at once) is one event, as it stood last."""
+    rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for t in timelines:
         for g in t.generations:
             if start <= g.timestamp < end:
-                rows.append((cluster, g.timestamp, t.group_id, g.generation, "offsets_topic",
-                             False, g.protocol, g.rebalance_type, len(g.members),
-                             len(g.joined), len(g.left), cause(len(g.joined), len(g.left)),
-                             g.partitions_moved))
-    return rows
+                rows[(t.group_id, g.timestamp, g.generation)] = (
+                    cluster, g.timestamp, t.group_id, g.generation, "offsets_topic", False,
+                    g.protocol, g.rebalance_type, len(g.members), len(g.joined), len(g.left),
+                    cause(len(g.joined), len(g.left)), g.partitions_moved)
+    return list(rows.values())
 
 
 def estimated_events(members: DataFrame, groups: DataFrame) -> DataFrame:

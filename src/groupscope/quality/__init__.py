@@ -478,6 +478,16 @@ def record(engine: Any, results: list[SuiteResult], checked_at: datetime) -> Non
                                          for f in r.failures], default=str)})
 
 
+def prune(conn: Any, checked_before: datetime) -> int:
+    """Deletes the results of the checks made before ``checked_before``; returns how many.
+    Nothing reads further back than a day (``quality_gate_failed``); the rejected snapshots'
+    marks stay in the landing zone."""
+    from sqlalchemy import text
+
+    return int(conn.execute(text("DELETE FROM ops.quality_results WHERE checked_at < :before"),
+                            {"before": checked_before}).rowcount or 0)
+
+
 # --- rejected landed snapshots ---------------------------------------------------------------
 
 def reject(landed: LandedSnapshot, result: SuiteResult) -> Path:

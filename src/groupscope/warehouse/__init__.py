@@ -3,7 +3,9 @@ found with ``importlib.resources``) and idempotent loads.
 
 A snapshot is loaded by replacing its rows whole (delete by natural key prefix, then COPY) in
 one transaction, so loading it once or five times leaves the same rows, and a half-done load
-leaves none.
+leaves none. Two writers of the same rows take turns (``lock_writers``): the live path and the
+hourly lag job replace overlapping intervals of the same marts, and two delete-then-copy
+transactions at once would fail on a key (or, on a table without one, duplicate rows).
 
 The growing tables are partitioned by time (``partitions``): before each load, in a short
 transaction of its own, the partitions of the times it writes are created where missing, so a
@@ -17,7 +19,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -36,6 +38,17 @@ _LOCK_ID = 0x67726F7570  # "group": serialises concurrent migrators
 
 class WarehouseUnavailable(RuntimeError):
     """The warehouse could not be reached. Landed data is kept; load it again later."""
+
+
+class WriterBusy(RuntimeError):
+    """Another writer kept the same rows longer than ``WRITER_LOCK_TIMEOUT``; nothing was
+    written, and running again writes them."""
+
+
+# How long a writer waits for another writer of the same table and cluster (a live run waits
+# for the hourly lag job's write, or the reverse): under the live task's shortest timeout
+# (90 s), so a wait ends in WriterBusy, not in the task being killed.
+WRITER_LOCK_TIMEOUT = timedelta(seconds=60)
 
 
 def engine_for(url: str) -> Engine:
@@ -170,14 +183,11 @@ def load_landed(engine: Engine, landed: Any) -> None:
     """Loads one landed snapshot (a ``landing.LandedSnapshot``): its raw tables and its
     what-if mart, in one transaction."""
     tables = landed.read()
-    params = {"cluster": landed.cluster, "start": landed.snapshot_ts}
-    whatif = landed.read_whatif()
-    _ensure_partitions(engine, [(RAW_SCHEMA, n, tables[n]) for n in LOAD_ORDER]
-                       + [("mart", n, t) for n, t in whatif], "snapshot_ts")
-    with connect(engine) as conn, conn.begin():
-        _replace_in(conn, RAW_SCHEMA, [(n, tables[n]) for n in LOAD_ORDER],
-                    "snapshot_ts = :start", params)
-        _replace_in(conn, "mart", whatif, "snapshot_ts = :start", params)
+    raw = [(RAW_SCHEMA, n, tables[n]) for n in LOAD_ORDER]
+    whatif = [("mart", n, t) for n, t in landed.read_whatif()]
+    _ensure_partitions(engine, raw + whatif, "snapshot_ts")
+    _replace(engine, raw + whatif, landed.cluster, "snapshot_ts = :start",
+             {"start": landed.snapshot_ts})
 
 
 def load_whatif(engine: Engine, snapshot: Any) -> list[tuple[str, pa.Table]]:
@@ -194,17 +204,18 @@ def replace_snapshot_rows(engine: Engine, schema: str, tables: list[tuple[str, p
                           cluster: str, snapshot_ts: Any) -> None:
     """In one transaction, deletes every row of (cluster, snapshot_ts) from each table and
     copies the new ones in: a rerun or a backfill leaves exactly the same rows."""
-    _ensure_partitions(engine, [(schema, n, t) for n, t in tables], "snapshot_ts")
-    _replace(engine, schema, tables, "snapshot_ts = :start",
-             {"cluster": cluster, "start": snapshot_ts})
+    qualified = [(schema, n, t) for n, t in tables]
+    _ensure_partitions(engine, qualified, "snapshot_ts")
+    _replace(engine, qualified, cluster, "snapshot_ts = :start", {"start": snapshot_ts})
 
 
 def replace_interval_rows(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]],
                           cluster: str, ts_column: str, start: Any, end: Any) -> None:
     """Like replace_snapshot_rows, for every row with ``ts_column`` in [start, end)."""
-    _ensure_partitions(engine, [(schema, n, t) for n, t in tables], ts_column)
-    _replace(engine, schema, tables, f"{ts_column} >= :start AND {ts_column} < :end",
-             {"cluster": cluster, "start": start, "end": end})
+    qualified = [(schema, n, t) for n, t in tables]
+    _ensure_partitions(engine, qualified, ts_column)
+    _replace(engine, qualified, cluster, f"{ts_column} >= :start AND {ts_column} < :end",
+             {"start": start, "end": end})
 
 
 def _ensure_partitions(engine: Engine, tables: list[tuple[str, str, pa.Table]],
@@ -220,19 +231,45 @@ def _ensure_partitions(engine: Engine, tables: list[tuple[str, str, pa.Table]],
             partitions.create_partitions(conn, times, [f"{s}.{n}" for s, n, _ in tables])
 
 
-def _replace(engine: Engine, schema: str, tables: list[tuple[str, pa.Table]], where: str,
+def _replace(engine: Engine, tables: list[tuple[str, str, pa.Table]], cluster: str, where: str,
              params: dict[str, Any]) -> None:
+    """In one transaction, holding the writer locks of every table (``lock_writers``): for
+    each table, deletes the cluster's rows matching ``where`` and copies the new ones in."""
+    params = {**params, "cluster": cluster}
     with connect(engine) as conn, conn.begin():
-        _replace_in(conn, schema, tables, where, params)
+        lock_writers(conn, cluster, [f"{s}.{n}" for s, n, _ in tables])
+        for schema, name, table in tables:
+            conn.execute(
+                text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"), params,
+            )
+            _copy(conn, f"{schema}.{name}", table)
 
 
-def _replace_in(conn: Any, schema: str, tables: list[tuple[str, pa.Table]], where: str,
-                params: dict[str, Any]) -> None:
-    for name, table in tables:
-        conn.execute(
-            text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"), params,
-        )
-        _copy(conn, f"{schema}.{name}", table)
+def lock_writers(conn: Any, cluster: str, tables: Iterable[str]) -> None:
+    """Takes the writer lock of each table (``schema.table``) for ``cluster`` until the end of
+    the transaction: a transaction-scoped advisory lock per (cluster, table), in one order
+    (no two writers wait on each other), each wait at most ``WRITER_LOCK_TIMEOUT``, then
+    ``WriterBusy``. The transaction's other lock waits (its delete, its copy) are bounded
+    alike.
+
+    Per table rather than per job: the live path and the hourly lag job write the same seven
+    marts, the rebalance and skew jobs theirs, and a table is what two writers collide on.
+    Serialised, a second writer deletes what the first committed and copies its own rows in:
+    an interval's rows are the same whichever writer came last (the same transforms)."""
+    keys = sorted({f"groupscope-writer:{cluster}:{t}" for t in tables})
+    milliseconds = int(WRITER_LOCK_TIMEOUT.total_seconds() * 1000)
+    conn.execute(text(f"SET LOCAL lock_timeout = {milliseconds}"))
+    try:  # one round trip: the keys are locked in the array's order
+        conn.execute(text("SELECT count(pg_advisory_xact_lock(hashtext(k)))"
+                          " FROM unnest(CAST(:keys AS text[])) AS k"), {"keys": keys})
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
+            raise
+        names = ", ".join(sorted(k.rsplit(":", 1)[1] for k in keys))
+        raise WriterBusy(
+            f"another writer kept the rows of {names} for cluster {cluster!r} longer than "
+            f"{WRITER_LOCK_TIMEOUT.total_seconds():g} s (the live path and the hourly jobs "
+            "take turns); nothing was written: run it again") from None
 
 
 def _copy(conn: Any, qualified_name: str, table: pa.Table) -> None:

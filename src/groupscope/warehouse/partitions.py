@@ -10,6 +10,12 @@ range ends at or before ``now - retention``. The partition that holds a row youn
 is kept, so a row is kept at least its retention (a day longer at most; a month for the
 hourly roll-ups). Each drop is one transaction: detach, drop, and a row in
 ``ops.retention_drops``; running it again drops nothing more.
+
+The partitions hold every cluster's rows, so every cluster's retention task runs the same drops
+(at the same minute). A drop first takes its partition's lock without waiting
+(``pg_try_advisory_xact_lock``): a partition another run is dropping is left to it, and one
+that is gone by then was dropped; no run waits for another, and none fails on a partition it
+no longer finds.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 log = logging.getLogger(__name__)
 
@@ -62,24 +68,28 @@ class RetentionRun:
     created: int = 0
     dropped: list[Partition] = field(default_factory=list)
     deferred: list[Partition] = field(default_factory=list)  # busy: the next run drops them
+    # Dropped by another run meanwhile (the retention task of another cluster, at once).
+    elsewhere: list[Partition] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """Small and XCom-safe."""
         return {"partitions_created": self.created,
                 "dropped": [p.qualified_name for p in self.dropped],
-                "deferred": [p.qualified_name for p in self.deferred]}
+                "deferred": [p.qualified_name for p in self.deferred],
+                "dropped_elsewhere": [p.qualified_name for p in self.elsewhere]}
 
 
-def check_retention(retention: Mapping[str, timedelta]) -> dict[str, timedelta]:
-    """The retention of every family; a missing family or a retention under a day is an
-    error (a partition is a day)."""
-    missing = [f for f in FAMILIES if f not in retention]
+def check_retention(retention: Mapping[str, timedelta],
+                    kinds: Sequence[str] = FAMILIES) -> dict[str, timedelta]:
+    """The retention of every family (or of every one of ``kinds``); a missing one or a
+    retention under a day is an error (a partition is a day)."""
+    missing = [f for f in kinds if f not in retention]
     if missing:
-        raise ValueError(f"no retention for the table families {missing}")
-    short = [f for f in FAMILIES if retention[f] < timedelta(days=1)]
+        raise ValueError(f"no retention for {missing}")
+    short = [f for f in kinds if retention[f] < timedelta(days=1)]
     if short:
         raise ValueError(f"retention under a day for {short}")
-    return {f: retention[f] for f in FAMILIES}
+    return {f: retention[f] for f in kinds}
 
 
 def days_ahead(now: datetime, days: int = DAYS_AHEAD) -> list[datetime]:
@@ -134,7 +144,8 @@ def apply_retention(engine: Engine, retention: Mapping[str, timedelta],
     """Creates the partitions of today and the next ``DAYS_AHEAD`` days, then detaches and
     drops every expired partition (``expired``), one transaction each, recording each in
     ``ops.retention_drops`` and the log. A partition whose table stays locked longer than
-    ``LOCK_TIMEOUT`` is deferred to the next run."""
+    ``LOCK_TIMEOUT`` is deferred to the next run; one another run is dropping, or dropped
+    since the list was read, is that run's (``RetentionRun.elsewhere``)."""
     from groupscope.warehouse import connect
 
     keep = check_retention(retention)
@@ -147,14 +158,21 @@ def apply_retention(engine: Engine, retention: Mapping[str, timedelta],
             try:
                 with conn.begin():
                     dropped = _drop(conn, partition, keep[partition.family], now)
-            except OperationalError as exc:
-                if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
+            except DBAPIError as exc:
+                state = getattr(exc.orig, "sqlstate", None)
+                if state == "42P01":  # undefined_table: dropped meanwhile, not by a run's lock
+                    run.elsewhere.append(partition)
+                    continue
+                if state != "55P03":  # lock_not_available
                     raise
                 log.warning("retention: %s is busy (its table stayed locked %s); the next run "
                             "drops it", partition.qualified_name, LOCK_TIMEOUT)
                 run.deferred.append(partition)
                 continue
-            if dropped is not None:
+            if dropped is None:
+                log.info("retention: %s is dropped by another run", partition.qualified_name)
+                run.elsewhere.append(partition)
+            else:
                 run.dropped.append(partition)
                 log.info("retention: dropped %s (rows from %s to %s, %d bytes; %s retention "
                          "%d days)", partition.qualified_name, partition.start.isoformat(),
@@ -165,10 +183,13 @@ def apply_retention(engine: Engine, retention: Mapping[str, timedelta],
 
 def _drop(conn: Any, partition: Partition, retention: timedelta, now: datetime) -> int | None:
     """Detaches and drops one partition and records it; returns its size in bytes, or None if
-    it was gone already (another run dropped it)."""
+    another run has it: dropping it now (it holds the partition's lock), or dropped already."""
     from psycopg import sql
 
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+    if not conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:key))"),
+                        {"key": f"groupscope-retention:{partition.qualified_name}"}).scalar_one():
+        return None
     size = conn.execute(text("SELECT pg_total_relation_size(to_regclass(:name))"),
                         {"name": _quoted(partition.schema, partition.name)}).scalar_one()
     if size is None:
@@ -187,6 +208,12 @@ def _drop(conn: Any, partition: Partition, retention: timedelta, now: datetime) 
          "name": partition.name, "family": partition.family, "start": partition.start,
          "end": partition.end, "days": retention.days, "bytes": size})
     return int(size)
+
+
+def prune_drops(conn: Any, dropped_before: datetime) -> int:
+    """Deletes the records of the drops made before ``dropped_before``; returns how many."""
+    return int(conn.execute(text("DELETE FROM ops.retention_drops WHERE dropped_at < :before"),
+                            {"before": dropped_before}).rowcount or 0)
 
 
 def _quoted(schema: str, name: str) -> str:

@@ -22,8 +22,8 @@ function of that evidence and the condition the alert is about. The causes it kn
   snapshot was partial (a broker did not answer);
 - ``partition_leader``: partitions whose commits stopped while they had no leader (their broker
   down: the partition is offline) or just after their leader moved;
-- ``producer_surge``: production up 3x or more against the window before, while consumption
-  holds;
+- ``producer_surge``: production up 3x or more against the window before, over the newest run
+  of intervals above that, while consumption holds;
 - ``consumer_slower``: a group that consumes, slower than production, its lag growing;
 - ``rewind``: a committed offset moved back, and whether members were listed then (an admin's
   reset needs an empty group).
@@ -571,17 +571,25 @@ def _rates(evidence: Evidence) -> list[Found]:
     # Still consuming at the newest snapshot: a consumer that stopped is not "slow" (its
     # members' causes say why it stopped).
     consuming = recent[-1].committed > recent[-2].committed
-    surge = (produced_now >= SURGE_FACTOR * max(produced_before, 1e-9)
-             and produced_now - produced_before >= 1.0)
-    # Consumption holding (not stopped): the lag is production's doing, not the consumer's.
-    holding = consumed_now >= 0.5 * consumed_before and consuming
-    if surge and holding and lag_grew:
-        since = _surge_start(totals, produced_before)
-        found.append(("producer_surge", "a producer surge",
-                      f"production up {produced_now / max(produced_before, 1e-9):.1f}x since"
-                      f" {_clock(since)} ({_per_minute(produced_now)} against"
-                      f" {_per_minute(produced_before)} before), while consumption holds at"
-                      f" {_per_minute(consumed_now)}", since))
+    # A surge is measured over its own run of intervals, not over the recent window: a lag
+    # alert fires one or two intervals into a surge, when the window's average still
+    # dilutes it below the factor (the demo's surge fired as "slower than production").
+    since = _surge_start(totals, produced_before)
+    run = [t for t in totals if t.ts >= since]
+    produced_surge, consumed_surge = _rate(run, "produced"), _rate(run, "committed")
+    surge = (produced_surge is not None and consumed_surge is not None
+             and produced_surge >= SURGE_FACTOR * max(produced_before, 1e-9)
+             and produced_surge - produced_before >= 1.0)
+    if surge and produced_surge is not None and consumed_surge is not None:
+        # Consumption holding (not stopped): the lag is production's doing, not the
+        # consumer's.
+        holding = consumed_surge >= 0.5 * consumed_before and consuming
+        if holding and run[-1].lag > run[0].lag:
+            found.append(("producer_surge", "a producer surge",
+                          f"production up {produced_surge / max(produced_before, 1e-9):.1f}x"
+                          f" since {_clock(since)} ({_per_minute(produced_surge)} against"
+                          f" {_per_minute(produced_before)} before), while consumption"
+                          f" holds at {_per_minute(consumed_surge)}", since))
     slower = consuming and produced_now > 1.1 * consumed_now and lag_grew
     if slower and not surge:
         since = _growth_start(totals)

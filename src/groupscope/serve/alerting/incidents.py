@@ -296,12 +296,18 @@ _COLUMNS = ("incident_id", "fingerprint", "rule", "severity", "cluster", "group_
 
 def prune(conn: Any, resolved_before: datetime) -> int:
     """Deletes the incidents resolved before ``resolved_before`` that owe nothing any more
-    (every delivery sent, given up or dropped), with their deliveries; returns how many. The
-    evaluation reads every delivery of a cluster: kept forever, they would slow it down."""
+    (every delivery sent, given up or dropped) and whose deliveries were all created and
+    last tried before it too, with their deliveries; returns how many. The evaluation reads
+    every delivery of a cluster: kept forever, they would slow it down.
+
+    Never an open incident (pending, firing: the lifecycle's state), nor one still owed or
+    tried since (a channel's last success and its give-ups are what ``channel_failing`` and
+    the recently-used channels are judged on)."""
     result = conn.execute(text(
         "DELETE FROM ops.alert_incidents i WHERE i.state = 'resolved' "
         "AND i.resolved_at < :before AND NOT EXISTS (SELECT 1 FROM ops.alert_deliveries d "
-        "WHERE d.incident_id = i.incident_id AND d.state IN ('pending', 'failed'))"),
+        "WHERE d.incident_id = i.incident_id AND (d.state IN ('pending', 'failed') "
+        "OR greatest(d.created_at, d.sent_at, d.last_attempt_at) >= :before))"),
         {"before": resolved_before})
     return int(result.rowcount or 0)
 
