@@ -33,6 +33,12 @@ COPY --from=wheel /dist/ /tmp/dist/
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /tmp/dist/groupscope-*.whl \
     && rm -rf /tmp/dist
 
+# Kafka's Java Admin client, for share and streams groups (groupscope.kafka.java_admin): its
+# jars from Maven Central, checked by their SHA-256.
+COPY deploy/kafka-java/fetch.py /tmp/fetch-kafka-java.py
+RUN python /tmp/fetch-kafka-java.py /opt/groupscope/kafka-java && rm /tmp/fetch-kafka-java.py
+ENV GROUPSCOPE_KAFKA_JAVA_CLASSPATH=/opt/groupscope/kafka-java
+
 # One unprivileged user for every service (group 0, as Airflow's own image). The folders that
 # compose mounts named volumes on are created here, owned by it: a fresh volume takes the
 # owner of the folder it is mounted on.

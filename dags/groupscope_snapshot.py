@@ -61,7 +61,8 @@ def snapshot_dag(conn_id: str) -> None:
         def collect() -> dict[str, object]:
             return pipeline.collect(KafkaClusterHook(conn_id).cluster(), SETTINGS.landing,
                                     datetime.now(UTC), SETTINGS.kafka_timeout_s,
-                                    SETTINGS.offset_fetch_connections)
+                                    SETTINGS.offset_fetch_connections,
+                                    SETTINGS.group_kinds, SETTINGS.kafka_java_classpath)
 
         @task(outlets=[landed])
         def load() -> int:

@@ -19,7 +19,12 @@ from typing import Any
 from sqlalchemy import text
 
 from groupscope_dev import StackError
-from groupscope_dev.kafka import DEFAULT_BROKER_PORT, DEFAULT_KAFKA_VERSION, KafkaCluster
+from groupscope_dev.kafka import (
+    DEFAULT_BROKER_PORT,
+    DEFAULT_KAFKA_VERSION,
+    KafkaCluster,
+    kafka_libs,
+)
 from groupscope_dev.postgres import DEFAULT_PORT as DEFAULT_PG_PORT
 from groupscope_dev.postgres import LocalPostgres
 from groupscope_dev.spark_cluster import SparkCluster
@@ -361,7 +366,11 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                 | {"GROUPSCOPE_LANDING": str(landing), "GROUPSCOPE_ALERT_LOG": str(alert_log),
                    "GROUPSCOPE_SNAPSHOT_EVERY_S": str(args.every),
                    "GROUPSCOPE_INGEST_EVERY_S": str(max(args.every, 120)),
-                   "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule} | alerting)
+                   "GROUPSCOPE_ANALYTICS_SCHEDULE": args.analytics_schedule,
+                   # Share and streams groups: the Java Admin client from the Kafka jars the
+                   # stack resolved (a 4.x client reads a 3.9 broker too, skipping the kinds).
+                   "GROUPSCOPE_KAFKA_JAVA_CLASSPATH": str(kafka_libs(DEFAULT_KAFKA_VERSION))}
+                | alerting)
             printer.airflow = airflow
             say("step 3/4: airflow standalone (scheduler, DAG processor, API server, "
                 "triggerer); the first start migrates its database, about a minute; log: "

@@ -54,6 +54,13 @@ def spark_kafka_libs() -> list[Path]:
     return sorted(libs.glob("*.jar"))
 
 
+def streams_libs(version: str = DEFAULT_KAFKA_VERSION) -> Path:
+    """The jars of Kafka Streams and its examples (WordCountDemo), for Streams applications
+    that use the streams rebalance protocol (KIP-1071) in tests and the demo."""
+    return maven_libs("streams-pom.xml", cache_dir() / "kafka-streams" / version / "libs",
+                      {"kafka.version": version}, f"Kafka Streams {version}")
+
+
 def maven_libs(pom_name: str, libs: Path, properties: dict[str, str], what: str) -> Path:
     """Copies the dependencies of a packaged pom into ``libs`` with Maven, once."""
     done = libs / ".complete"
@@ -348,6 +355,14 @@ class KafkaCluster:
         if self.version.startswith("3."):
             # KIP-848 is a preview in 3.9 and must be switched on to be tried at all.
             config["group.coordinator.rebalance.protocols"] = "classic,consumer"
+        else:
+            # Share groups keep their state in __share_group_state, created on first use with
+            # a replication factor of 3 and a min ISR of 2 by default: on fewer brokers it is
+            # never created, and a share consumer gets no record at all.
+            config["share.coordinator.state.topic.replication.factor"] = str(replication)
+            config["share.coordinator.state.topic.min.isr"] = "1"
+            config["share.coordinator.state.topic.num.partitions"] = str(
+                self.offsets_topic_partitions)
         config.update(self.extra_config)
         props = node_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in config.items()))

@@ -28,13 +28,25 @@ class CliError(Exception):
         self.code = code
 
 
+def _collector_settings(timeout_s: float) -> Any:
+    """The collector's settings for a command: the request timeout given, and the share and
+    streams groups' settings of the environment (GROUPSCOPE_GROUP_KINDS,
+    GROUPSCOPE_KAFKA_JAVA_CLASSPATH)."""
+    from groupscope.collect.collector import CollectorSettings
+
+    settings = load_settings()
+    return CollectorSettings(request_timeout_s=timeout_s, group_kinds=settings.group_kinds,
+                             java_classpath=settings.kafka_java_classpath)
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from groupscope.collect.isolated import take_snapshot_isolated as take_snapshot
     from groupscope.pipeline import land_snapshot
     from groupscope.serve.report import snapshot_json, snapshot_table
 
     cluster = ClusterConfig.from_cli(args.bootstrap, args.config or (), args.cluster)
-    snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC))
+    snapshot = take_snapshot(cluster, args.timeout, datetime.now(UTC),
+                             settings=_collector_settings(args.timeout))
     landed = None
     if args.landing:
         landed = land_snapshot(snapshot, Path(args.landing))

@@ -77,7 +77,8 @@ def land_snapshot(snapshot: Snapshot, landing: Path) -> LandedSnapshot:
 
 
 def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
-            timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
+            timeout_s: float, offset_fetch_connections: int = 3, group_kinds: str = "auto",
+            java_classpath: str = "") -> dict[str, Any]:
     """Takes one snapshot and lands it; returns a summary (no secrets, small: XCom-safe).
     Both run in a child process: librdkafka can crash on a coordinator that moves
     (``collect.isolated``); a crash is tried again once, then is a failure of this stage."""
@@ -86,7 +87,8 @@ def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
     try:
         summary: dict[str, Any] = run_isolated(
             "groupscope.pipeline:collect_here",
-            (cluster, landing, snapshot_ts, timeout_s, offset_fetch_connections),
+            (cluster, landing, snapshot_ts, timeout_s, offset_fetch_connections, group_kinds,
+             java_classpath),
             f"snapshot of cluster {cluster.name!r}", budget_s=budget_for(timeout_s))
     except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"snapshot of cluster {cluster.name!r} failed: {exc}") from None
@@ -94,21 +96,26 @@ def collect(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
 
 
 def collect_here(cluster: ClusterConfig, landing: Path, snapshot_ts: datetime,
-                 timeout_s: float, offset_fetch_connections: int = 3) -> dict[str, Any]:
+                 timeout_s: float, offset_fetch_connections: int = 3,
+                 group_kinds: str = "auto", java_classpath: str = "") -> dict[str, Any]:
     """``collect`` in this process (what its child runs). Raises ConfigError or
-    ClusterUnavailable."""
+    ClusterUnavailable. ``group_kinds`` and ``java_classpath``: the share and streams
+    groups (CollectorSettings)."""
     from groupscope.collect.collector import CollectorSettings, take_snapshot
 
     settings = CollectorSettings(request_timeout_s=timeout_s,
-                                 offset_fetch_connections=offset_fetch_connections)
+                                 offset_fetch_connections=offset_fetch_connections,
+                                 group_kinds=group_kinds, java_classpath=java_classpath)
     snapshot = take_snapshot(cluster, timeout_s, snapshot_ts, settings=settings)
     landed = land_snapshot(snapshot, landing)
     summary = {
         "cluster": cluster.name, "snapshot_id": landed.snapshot_id,
         "snapshot_ts": snapshot.snapshot_ts.isoformat(), "groups": len(snapshot.groups),
         "partitions": len(snapshot.partitions), "complete": snapshot.complete,
-        "errors": len(snapshot.errors),
+        "errors": len(snapshot.errors), "notes": list(snapshot.notes),
     }
+    for note in snapshot.notes:
+        log.info("snapshot %s: %s", landed.snapshot_id, note)
     if snapshot.errors:
         # Partial: landed with its errors (raw.collection_errors), visible, not fatal.
         log.warning("snapshot %s is partial: %d collection error(s), e.g. %s",

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     # Connections (AdminClients) each snapshot spreads its one-group OffsetFetch requests over
     # (groupscope.collect.collector.CollectorSettings; docs/benchmarks.md).
     offset_fetch_connections: int = 3
+    # Share and streams groups (groupscope.kafka.java_admin): auto (when the cluster has
+    # some), always, or never; and the jars of Kafka's Java Admin client they are read with.
+    group_kinds: Literal["auto", "always", "never"] = "auto"
+    kafka_java_classpath: str = ""
     retries: int = 2
     retry_delay_s: float = 30.0
     spark_conn_id: str = "spark_default"

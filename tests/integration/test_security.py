@@ -41,3 +41,34 @@ def test_bad_credentials_are_a_clear_error_without_the_secret(kafka_sasl: KafkaC
     assert "authentication failed" in lines[0]
     assert wrong not in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_java_admin_path_connects_with_the_same_sasl_settings(
+        kafka_sasl: KafkaCluster) -> None:
+    """Share and streams groups go through Kafka's Java Admin client: the connection's
+    librdkafka SASL settings, mapped, authenticate it; a wrong password fails it clearly,
+    without the password."""
+    from groupscope.contract.model import GroupType
+    from groupscope.kafka.java_admin import JavaAdmin, JavaKafkaError
+    from groupscope_dev.kafka import kafka_libs
+
+    def client(password: str) -> dict[str, str]:
+        return {"bootstrap.servers": kafka_sasl.sasl_bootstrap,
+                "security.protocol": "sasl_plaintext", "sasl.mechanisms": "PLAIN",
+                "sasl.username": "alice", "sasl.password": password}
+
+    libs = str(kafka_libs("4.3.1"))
+    java = JavaAdmin.open(client(PASSWORD), libs, 10)
+    try:
+        assert java.supported_kinds() == {GroupType.SHARE, GroupType.STREAMS}
+    finally:
+        java.close()
+    wrong = "not-" + PASSWORD
+    java = JavaAdmin.open(client(wrong), libs, 10)
+    try:
+        with pytest.raises(JavaKafkaError) as failed:
+            java.supported_kinds()
+    finally:
+        java.close()
+    assert failed.value.name() == "SASL_AUTHENTICATION_FAILED"
+    assert wrong not in str(failed.value) and PASSWORD not in str(failed.value)

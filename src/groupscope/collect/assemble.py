@@ -22,6 +22,7 @@ from groupscope.contract.model import (
     Member,
     PartitionOffsets,
     RecordTimestamp,
+    SharePartition,
     Snapshot,
     Stage,
     TopicInfo,
@@ -36,6 +37,7 @@ from groupscope.kafka.adapter import (
     Retention,
 )
 from groupscope.kafka.coordinator import offsets_partition_for
+from groupscope.kafka.java_admin import KindDescription, KindListing
 from groupscope.kafka.protocol import ProtocolDecodeError, decode_subscription
 from groupscope.kafka.sampling import SampleRequest
 
@@ -45,6 +47,8 @@ __all__ = [
     "assemble_groups",
     "assemble_snapshot",
     "classic_descriptions",
+    "kind_groups",
+    "other_kinds_hinted",
     "other_protocol_listings",
     "partition_offsets",
     "record_timestamp_requests",
@@ -144,10 +148,7 @@ def _group(
     metadata: ClusterMetadata,
     seen: ClassicGroup | None,
 ) -> Group:
-    expected = None
-    if metadata.offsets_leaders:
-        partition = offsets_partition_for(listing.group_id, len(metadata.offsets_leaders))
-        expected = metadata.offsets_leaders.get(partition)
+    expected = _expected_coordinator(listing.group_id, metadata)
     offsets = committed.get(listing.group_id, ())
     if described is None:
         return Group(
@@ -175,6 +176,57 @@ def _group(
         members=_with_subscriptions(described.members, seen),
         offsets=offsets,
     )
+
+
+def _expected_coordinator(group_id: str, metadata: ClusterMetadata) -> int | None:
+    if not metadata.offsets_leaders:
+        return None
+    partition = offsets_partition_for(group_id, len(metadata.offsets_leaders))
+    return metadata.offsets_leaders.get(partition)
+
+
+def other_kinds_hinted(classic_view: Mapping[str, ClassicGroup],
+                       consumer_listed: Iterable[str]) -> bool:
+    """Whether the cluster may have share or streams groups. librdkafka's ListConsumerGroups
+    leaves them out, but the classic ListGroups round lists every group, and shows these
+    as protocol-less Dead groups: a group it lists that the consumer listing did not is the
+    hint (or a classic group created between the two calls: a false hint costs one Java
+    Admin round, a missed one would cost the groups)."""
+    listed = set(consumer_listed)
+    return any(group_id not in listed and g.protocol_type in ("", None)
+               for group_id, g in classic_view.items())
+
+
+def kind_groups(
+    listings: Iterable[KindListing],
+    described: Mapping[str, KindDescription],
+    share_offsets: Mapping[str, tuple[SharePartition, ...]],
+    streams_offsets: Mapping[str, tuple[CommittedOffset, ...]],
+    metadata: ClusterMetadata,
+) -> tuple[Group, ...]:
+    """Share and streams groups from the Java Admin client's answers. A group whose
+    description failed keeps its listing's state and ``described=False``."""
+    groups = []
+    for listing in listings:
+        d = described.get(listing.group_id)
+        groups.append(Group(
+            group_id=listing.group_id,
+            group_type=listing.group_type,
+            state=d.state if d is not None else listing.state,
+            protocol_type=listing.group_type.value,
+            assignor=None,
+            coordinator_id=d.coordinator_id if d is not None else None,
+            expected_coordinator_id=_expected_coordinator(listing.group_id, metadata),
+            members=d.members if d is not None else (),
+            offsets=streams_offsets.get(listing.group_id, ()),
+            described=d is not None,
+            group_epoch=d.group_epoch if d is not None else None,
+            assignment_epoch=d.assignment_epoch if d is not None else None,
+            topology_epoch=d.topology_epoch if d is not None else None,
+            subtopologies=d.subtopologies if d is not None else (),
+            share_partitions=share_offsets.get(listing.group_id, ()),
+        ))
+    return tuple(groups)
 
 
 def consumer_group_state(group_type: GroupType, state: str,
@@ -221,6 +273,7 @@ def touched_partitions(
     touched: set[TopicPartition] = set()
     for g in groups:
         touched.update(TopicPartition(o.topic, o.partition) for o in g.offsets)
+        touched.update(TopicPartition(p.topic, p.partition) for p in g.share_partitions)
         for m in g.members:
             touched.update(m.assignment)
             touched.update(m.target_assignment or ())
@@ -320,6 +373,7 @@ def assemble_snapshot(
     record_timestamps: Iterable[RecordTimestamp],
     errors: Iterable[CollectionError],
     retention: Mapping[str, Retention] | None = None,
+    notes: Iterable[str] = (),
 ) -> Snapshot:
     """``partitions``: the log offsets of every touched partition; ``retention``: topic ->
     its retention settings (TopicInfo fields), where they were read."""
@@ -337,4 +391,5 @@ def assemble_snapshot(
         errors=tuple(errors),
         offsets_topic_partitions=len(metadata.offsets_leaders) or None,
         record_timestamps=tuple(record_timestamps),
+        notes=tuple(notes),
     )

@@ -41,6 +41,8 @@ from groupscope.collect.assemble import (
     assemble_groups,
     assemble_snapshot,
     classic_descriptions,
+    kind_groups,
+    other_kinds_hinted,
     other_protocol_listings,
     partition_offsets,
     record_timestamp_requests,
@@ -54,11 +56,13 @@ from groupscope.collect.policy import (
     failure_of,
     unavailable_message,
 )
-from groupscope.contract.cluster import ClusterConfig
+from groupscope.contract.cluster import ClusterConfig, ConfigError
 from groupscope.contract.model import (
+    JAVA_ADMIN_TYPES,
     CollectionError,
     CommittedOffset,
     Group,
+    GroupType,
     PartitionOffsets,
     RecordTimestamp,
     Snapshot,
@@ -84,6 +88,7 @@ from groupscope.kafka.adapter import (
     read_retention,
 )
 from groupscope.kafka.admin import ClusterUnavailable, open_admin
+from groupscope.kafka.java_admin import JavaAdmin
 from groupscope.kafka.sampling import RecordSampler, SampleRequest
 
 __all__ = ["ClusterUnavailable", "Collector", "CollectorSettings", "take_snapshot"]
@@ -137,8 +142,17 @@ class CollectorSettings:
     # to see groups of other protocol types (Connect...), and it fully describes memberless
     # classic groups, which then need no describe request of their own.
     classic_view: bool = True
+    # Share and streams groups, through Kafka's Java Admin client (groupscope.kafka.java_admin):
+    # "auto" asks for them only when the classic view hints that the cluster has some (no JVM
+    # otherwise), "always" on every snapshot, "never" not at all.
+    group_kinds: str = "auto"
+    # The jars of the Java Admin client (kafka-clients, slf4j-api): jars, folders or globs,
+    # separated by os.pathsep.
+    java_classpath: str = ""
 
     def __post_init__(self) -> None:
+        if self.group_kinds not in ("auto", "always", "never"):
+            raise ValueError("group_kinds must be auto, always or never")
         for name in ("offsets_concurrency", "offset_fetch_connections", "describe_batch",
                      "describe_in_flight", "list_offsets_batch", "attempts"):
             if getattr(self, name) < 1:
@@ -166,6 +180,9 @@ class Collector:
     # Opens another AdminClient of the same cluster, configured as ``admin`` is, for the
     # settings' extra OffsetFetch connections; None: every request goes through ``admin``.
     connect: Callable[[], Any] | None = None
+    # Opens the Java Admin client of the same cluster (a groupscope.kafka.java_admin.JavaAdmin)
+    # for its share and streams groups; None: they are not collected.
+    java_admin: Callable[[], Any] | None = None
     kafka: AdminAdapter = field(init=False, repr=False)
     retries: RetryPolicy = field(init=False, repr=False)
 
@@ -187,14 +204,20 @@ class Collector:
     def _snapshot(self, snapshot_ts: datetime) -> Snapshot:
         metadata = self._metadata()
         errors: list[CollectionError] = []
-        listings, classic_view = self._list_groups(errors)
-        # Describing and fetching committed offsets are independent per group: overlap them.
+        listings, classic_view, kinds_hinted = self._list_groups(errors)
+        # Describing and fetching committed offsets are independent per group: overlap them,
+        # and the share and streams groups' Java Admin round with both.
         describe_errors: list[CollectionError] = []
         offsets_errors: list[CollectionError] = []
-        with concurrent.futures.ThreadPoolExecutor(1, "groupscope-describe") as pool:
+        kinds_errors: list[CollectionError] = []
+        notes: list[str] = []
+        with concurrent.futures.ThreadPoolExecutor(2, "groupscope-describe") as pool:
             describing = pool.submit(self._describe, listings, classic_view, describe_errors)
+            other_kinds = pool.submit(self._other_kinds, kinds_hinted, metadata, kinds_errors,
+                                      notes)
             committed = self._committed_offsets([g.group_id for g in listings], offsets_errors)
             described = describing.result()
+            kind_groups_found = other_kinds.result()
         # An Empty group lives only as long as it has committed offsets. One the classic view
         # showed but whose offsets are gone now may have been deleted since: ask the broker.
         unconfirmed = [
@@ -202,15 +225,84 @@ class Collector:
             if d.from_classic_view and not committed.get(group_id)
         ]
         described.update(self._describe_groups(unconfirmed, describe_errors))
-        errors += describe_errors + offsets_errors
+        errors += describe_errors + offsets_errors + kinds_errors
 
-        groups = assemble_groups(listings, described, committed, metadata, classic_view)
+        groups = (assemble_groups(listings, described, committed, metadata, classic_view)
+                  + kind_groups_found)
         touched = touched_partitions(groups, metadata, errors)
         partitions = self._partition_offsets(touched, errors, metadata.partition_leaders)
         record_timestamps = self._record_timestamps(groups, partitions, errors)
         retention = self._retention(sorted({p.topic for p in partitions}), errors)
         return assemble_snapshot(self.cluster, snapshot_ts, metadata, groups, partitions,
-                                 record_timestamps, errors, retention)
+                                 record_timestamps, errors, retention, notes)
+
+    # -- share and streams groups (Kafka's Java Admin client) ------------------------------
+    def _other_kinds(self, hinted: bool, metadata: ClusterMetadata,
+                     errors: list[CollectionError], notes: list[str]) -> tuple[Group, ...]:
+        """The share and streams groups, when the settings and the hint call for them. A
+        cluster without the kinds is a note, not an error; a failure is an error per group
+        (or one for the round), and the classic and consumer groups go on regardless."""
+        wanted = self.settings.group_kinds
+        if wanted == "never" or (wanted == "auto" and not hinted):
+            return ()
+        if self.java_admin is None:
+            notes.append("share and streams groups not collected: no Java Admin client "
+                         "configured")
+            return ()
+        self.requests["Java Admin (share, streams groups)"] += 1
+        try:
+            java = self.java_admin()
+        except ConfigError as exc:
+            # No classpath, or a security setting the Java client has no equivalent for: a
+            # choice of the deployment, said in the snapshot, not a failed collection.
+            notes.append(f"share and streams groups not collected: {exc}")
+            return ()
+        except Exception as exc:
+            errors.append(collection_error(Stage.GROUP_KINDS, failure_of(exc)))
+            return ()
+        try:
+            return self._kinds_through(java, metadata, errors, notes)
+        except Exception as exc:
+            errors.append(collection_error(Stage.GROUP_KINDS, failure_of(exc)))
+            return ()
+        finally:
+            java.close()
+
+    def _kinds_through(self, java: Any, metadata: ClusterMetadata,
+                       errors: list[CollectionError], notes: list[str]) -> tuple[Group, ...]:
+        supported = java.supported_kinds()
+        missing = [k.value for k in JAVA_ADMIN_TYPES if k not in supported]
+        if missing:
+            notes.append(f"{' and '.join(missing)} groups skipped: the cluster does not "
+                         "support them (no finalized share.version / streams.version "
+                         "feature; Kafka 4.1 or newer has them)")
+        if not supported:
+            return ()
+        listings = java.list_groups(sorted(supported))
+        ids = {kind: [g.group_id for g in listings if g.group_type is kind]
+               for kind in JAVA_ADMIN_TYPES}
+        described: dict[str, Any] = {}
+        share_offsets: dict[str, Any] = {}
+        streams_offsets: dict[str, Any] = {}
+        for answers, found, stage_what in (
+            (java.describe_share_groups(ids[GroupType.SHARE]) if ids[GroupType.SHARE]
+             else {}, described, "describe"),
+            (java.share_group_offsets(ids[GroupType.SHARE]) if ids[GroupType.SHARE]
+             else {}, share_offsets, "share-partition offsets"),
+            (java.describe_streams_groups(ids[GroupType.STREAMS]) if ids[GroupType.STREAMS]
+             else {}, described, "describe"),
+            (java.streams_group_offsets(ids[GroupType.STREAMS]) if ids[GroupType.STREAMS]
+             else {}, streams_offsets, "offsets"),
+        ):
+            for group_id, answer in answers.items():
+                if isinstance(answer, Exception):
+                    failure = failure_of(answer)
+                    errors.append(collection_error(Stage.GROUP_KINDS, dataclasses.replace(
+                        failure, message=f"{stage_what}: {failure.message}"),
+                        group_id=group_id))
+                else:
+                    found[group_id] = answer
+        return kind_groups(listings, described, share_offsets, streams_offsets, metadata)
 
     def _retention(self, topics: Sequence[str],
                    errors: list[CollectionError]) -> dict[str, Retention]:
@@ -280,7 +372,9 @@ class Collector:
     # -- 2. list ---------------------------------------------------------------------------
     def _list_groups(
         self, errors: list[CollectionError]
-    ) -> tuple[list[Listing], dict[str, ClassicGroup]]:
+    ) -> tuple[list[Listing], dict[str, ClassicGroup], bool]:
+        """The consumer, simple and other-protocol groups, the classic view, and whether that
+        view hints at share or streams groups."""
         listings: dict[str, Listing] = {}
         listed: ConsumerGroupListing | None = None
         for attempt in range(1, self.settings.attempts + 1):
@@ -310,9 +404,10 @@ class Collector:
             for listing in listed.valid:
                 listings[listing.group_id] = listing
         classic_view = self._classic_view(errors) if self.settings.classic_view else {}
+        hinted = other_kinds_hinted(classic_view, listings)
         for other in other_protocol_listings(classic_view, errors):
             listings.setdefault(other.group_id, other)
-        return [listings[k] for k in sorted(listings)], classic_view
+        return [listings[k] for k in sorted(listings)], classic_view, hinted
 
     def _classic_view(self, errors: list[CollectionError]) -> dict[str, ClassicGroup]:
         """Every classic group as the brokers' ListGroups + DescribeGroups show it."""
@@ -430,10 +525,12 @@ def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetim
     ``settings`` default to CollectorSettings' with ``timeout_s`` as the request timeout. Raises
     ConfigError (bad client settings) or ClusterUnavailable."""
     connection = open_admin(cluster, timeout_s)
-    collector = Collector(connection.admin, cluster.name,
-                          settings or CollectorSettings(request_timeout_s=timeout_s),
+    chosen = settings or CollectorSettings(request_timeout_s=timeout_s)
+    collector = Collector(connection.admin, cluster.name, chosen,
                           diagnose=connection.diagnosis,
                           connect=lambda: open_admin(cluster, timeout_s).admin,
+                          java_admin=lambda: JavaAdmin.open(
+                              cluster.client, chosen.java_classpath, timeout_s),
                           sampler=RecordSampler(cluster.client, timeout_s=timeout_s)
                           if sample_records else None)
     return collector.snapshot(snapshot_ts)

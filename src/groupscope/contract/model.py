@@ -15,7 +15,13 @@ from enum import StrEnum
 class GroupType(StrEnum):
     CLASSIC = "classic"
     CONSUMER = "consumer"  # KIP-848: the broker assigns
+    SHARE = "share"  # KIP-932: members share partitions, records are acknowledged one by one
+    STREAMS = "streams"  # KIP-1071: the broker assigns a Kafka Streams application's tasks
     UNKNOWN = "unknown"
+
+
+# The kinds only Kafka's Java Admin client describes (groupscope.kafka.java_admin).
+JAVA_ADMIN_TYPES = (GroupType.SHARE, GroupType.STREAMS)
 
 
 class Stage(StrEnum):
@@ -29,6 +35,9 @@ class Stage(StrEnum):
     TOPIC_METADATA = "topic_metadata"
     RECORD_TIMESTAMPS = "record_timestamps"  # sampling the record at a committed offset
     TOPIC_CONFIGS = "topic_configs"  # DescribeConfigs: a topic's retention settings
+    # The share and streams groups, through Kafka's Java Admin client: listing them,
+    # describing them, and their offsets (share-partition start offsets, streams commits).
+    GROUP_KINDS = "group_kinds"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -76,6 +85,25 @@ class CollectionError:
         return f"{self.stage}: {self.code}{where}{tries}: {self.message}"
 
 
+class TaskRole(StrEnum):
+    """What a streams-group member does with a task (KIP-1071)."""
+
+    ACTIVE = "active"  # processes it
+    STANDBY = "standby"  # keeps a replica of its state
+    WARMUP = "warmup"  # catching its state up before it becomes active here
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamsTask:
+    """One task of a streams-group member: the subtopology's partition ``partition``. ``target``
+    marks the broker's target assignment (what the member owns once it has reconciled)."""
+
+    role: TaskRole
+    subtopology: str
+    partition: int
+    target: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     member_id: str
@@ -88,6 +116,11 @@ class Member:
     # Topics the member subscribes to, from its classic-protocol metadata (None: unknown,
     # e.g. KIP-848 members, whose subscriptions confluent-kafka does not expose).
     subscription: tuple[str, ...] | None = None
+    # Share and streams groups: the member's epoch; streams groups: its tasks and the id of
+    # the Kafka Streams process (instance) it belongs to.
+    member_epoch: int | None = None
+    tasks: tuple[StreamsTask, ...] = ()
+    process_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +130,31 @@ class CommittedOffset:
     offset: int | None  # None: the group has no committed offset for this partition
     leader_epoch: int | None = None
     metadata: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartition:
+    """A share group's position on one partition (ListShareGroupOffsets). The start offset is
+    the earliest offset still in flight: records below it are all acknowledged, some above it
+    may be too. ``lag`` is the broker's count of records not yet acknowledged (KIP-1226, Kafka
+    4.2+). Both None where the group has no state for the partition yet."""
+
+    topic: str
+    partition: int
+    start_offset: int | None
+    lag: int | None
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subtopology:
+    """One subtopology of a streams group's topology, with its topics by role."""
+
+    subtopology_id: str
+    source_topics: tuple[str, ...]
+    repartition_sink_topics: tuple[str, ...] = ()
+    repartition_source_topics: tuple[str, ...] = ()
+    changelog_topics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +186,14 @@ class Group:
     members: tuple[Member, ...]
     offsets: tuple[CommittedOffset, ...]
     described: bool = True  # False when DescribeGroups failed: members and state are unknown
+    # Share, streams and consumer-protocol groups: the group's epoch and its target
+    # assignment's; streams groups: the topology's epoch and its subtopologies.
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
+    topology_epoch: int | None = None
+    subtopologies: tuple[Subtopology, ...] = ()
+    # Share groups only: the start offset and lag per partition (they commit no offsets).
+    share_partitions: tuple[SharePartition, ...] = ()
 
     @property
     def coordinator_mismatch(self) -> bool:
@@ -182,6 +248,9 @@ class Snapshot:
     errors: tuple[CollectionError, ...] = field(default=())
     offsets_topic_partitions: int | None = None
     record_timestamps: tuple[RecordTimestamp, ...] = field(default=())
+    # What the collector skipped by design, not by failure (a cluster too old for share and
+    # streams groups, say): read by people, costs no completeness.
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def complete(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from groupscope.contract.model import Snapshot
+from groupscope.contract.model import Group, Snapshot
 
 _TS = pa.timestamp("us", tz="UTC")
 _HEAD = [pa.field("cluster", pa.string(), False), pa.field("snapshot_ts", _TS, False)]
@@ -91,6 +91,46 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("record_ts", _TS, False),
         ("timestamp_type", pa.string(), False),
     ),
+    # Share and streams groups (KIP-932, KIP-1071): what only their kind has.
+    "group_epochs": _schema(
+        ("group_id", pa.string(), False),
+        ("group_epoch", pa.int32(), True),
+        ("assignment_epoch", pa.int32(), True),
+        ("topology_epoch", pa.int32(), True),  # streams groups only
+    ),
+    "member_epochs": _schema(
+        ("group_id", pa.string(), False),
+        ("member_id", pa.string(), False),
+        ("member_epoch", pa.int32(), True),
+        ("process_id", pa.string(), True),  # streams groups: the Kafka Streams instance
+    ),
+    "share_partition_offsets": _schema(
+        ("group_id", pa.string(), False),
+        ("topic", pa.string(), False),
+        ("partition", pa.int32(), False),
+        ("start_offset", pa.int64(), True),
+        ("lag", pa.int64(), True),
+        ("leader_epoch", pa.int32(), True),
+    ),
+    "streams_subtopology_topics": _schema(
+        ("group_id", pa.string(), False),
+        ("subtopology_id", pa.string(), False),
+        # source | repartition_sink | repartition_source | changelog
+        ("role", pa.string(), False),
+        ("topic", pa.string(), False),
+    ),
+    "streams_member_tasks": _schema(
+        ("group_id", pa.string(), False),
+        ("member_id", pa.string(), False),
+        ("kind", pa.string(), False),  # current | target
+        ("role", pa.string(), False),  # active | standby | warmup
+        ("subtopology_id", pa.string(), False),
+        ("partition", pa.int32(), False),
+    ),
+    "snapshot_notes": _schema(
+        ("seq", pa.int32(), False),
+        ("note", pa.string(), False),
+    ),
     "collection_errors": _schema(
         ("seq", pa.int32(), False),
         ("stage", pa.string(), False),
@@ -116,6 +156,17 @@ KEYS: dict[str, tuple[str, ...]] = {
     "partition_offsets": ("cluster", "snapshot_ts", "topic", "partition"),
     "topics": ("cluster", "snapshot_ts", "topic"),
     "record_timestamps": ("cluster", "snapshot_ts", "topic", "partition", "committed_offset"),
+    "group_epochs": ("cluster", "snapshot_ts", "group_id"),
+    "member_epochs": ("cluster", "snapshot_ts", "group_id", "member_id"),
+    "share_partition_offsets": ("cluster", "snapshot_ts", "group_id", "topic", "partition"),
+    "streams_subtopology_topics": (
+        "cluster", "snapshot_ts", "group_id", "subtopology_id", "role", "topic",
+    ),
+    "streams_member_tasks": (
+        "cluster", "snapshot_ts", "group_id", "member_id", "kind", "role", "subtopology_id",
+        "partition",
+    ),
+    "snapshot_notes": ("cluster", "snapshot_ts", "seq"),
     "collection_errors": ("cluster", "snapshot_ts", "seq"),
 }
 
@@ -204,6 +255,7 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
                      "topic": tp.topic, "partition": tp.partition}
                     for tp in tps
                 )
+        _kind_rows(rows, head, g)
         rows["committed_offsets"].extend(
             {
                 **head, "group_id": g.group_id, "topic": o.topic, "partition": o.partition,
@@ -233,8 +285,43 @@ def to_tables(snapshot: Snapshot) -> dict[str, pa.Table]:
          "timestamp_type": r.timestamp_type}
         for r in snapshot.record_timestamps
     )
+    rows["snapshot_notes"].extend(
+        {**head, "seq": seq, "note": note} for seq, note in enumerate(snapshot.notes)
+    )
     rows["collection_errors"].extend(
         {**head, "seq": seq, **e.as_record()} for seq, e in enumerate(snapshot.errors)
     )
     return {name: pa.Table.from_pylist(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
 
+
+
+def _kind_rows(rows: dict[str, list[dict[str, Any]]], head: dict[str, Any], g: Group) -> None:
+    """The rows of what only share, streams and consumer-protocol groups have: epochs, a
+    share group's start offsets and lag, a streams group's subtopologies and tasks."""
+    if g.group_epoch is not None or g.assignment_epoch is not None \
+            or g.topology_epoch is not None:
+        rows["group_epochs"].append(
+            {**head, "group_id": g.group_id, "group_epoch": g.group_epoch,
+             "assignment_epoch": g.assignment_epoch, "topology_epoch": g.topology_epoch})
+    rows["member_epochs"].extend(
+        {**head, "group_id": g.group_id, "member_id": m.member_id,
+         "member_epoch": m.member_epoch, "process_id": m.process_id}
+        for m in g.members if m.member_epoch is not None or m.process_id is not None)
+    rows["share_partition_offsets"].extend(
+        {**head, "group_id": g.group_id, "topic": p.topic, "partition": p.partition,
+         "start_offset": p.start_offset, "lag": p.lag, "leader_epoch": p.leader_epoch}
+        for p in g.share_partitions)
+    rows["streams_subtopology_topics"].extend(
+        {**head, "group_id": g.group_id, "subtopology_id": s.subtopology_id, "role": role,
+         "topic": topic}
+        for s in g.subtopologies
+        for role, topics in (("source", s.source_topics),
+                             ("repartition_sink", s.repartition_sink_topics),
+                             ("repartition_source", s.repartition_source_topics),
+                             ("changelog", s.changelog_topics))
+        for topic in topics)
+    rows["streams_member_tasks"].extend(
+        {**head, "group_id": g.group_id, "member_id": m.member_id,
+         "kind": "target" if t.target else "current", "role": t.role.value,
+         "subtopology_id": t.subtopology, "partition": t.partition}
+        for m in g.members for t in m.tasks)

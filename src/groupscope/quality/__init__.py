@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from groupscope.contract import layout
-from groupscope.contract.model import GroupType
+from groupscope.contract.model import GroupType, TaskRole
 from groupscope.contract.status import GroupStatus, PartitionStatus, TimeLagKind
 from groupscope.contract.tables import KEYS, SCHEMAS
 from groupscope.land.snapshots import LandedSnapshot
@@ -133,6 +133,14 @@ def landed_checks(manifest: Mapping[str, Any]) -> dict[str, list[Check]]:
         ("ExpectColumnValuesToBeInSet", {"column": "kind", "value_set": ["current", "target"]}))
     checks["collection_errors"].append(
         ("ExpectTableRowCountToEqual", {"value": manifest["error_count"]}))
+    checks["share_partition_offsets"] += [
+        ("ExpectColumnValuesToBeBetween", {"column": column, "min_value": 0})
+        for column in ("start_offset", "lag")]
+    checks["streams_member_tasks"] += [
+        ("ExpectColumnValuesToBeInSet", {"column": "kind", "value_set": ["current", "target"]}),
+        ("ExpectColumnValuesToBeInSet", {"column": "role",
+                                         "value_set": [r.value for r in TaskRole]}),
+    ]
     return checks
 
 

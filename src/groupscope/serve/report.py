@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from groupscope.contract.model import Snapshot, TopicPartition, offset_lag
+from groupscope.contract.model import GroupType, Snapshot, TopicPartition, offset_lag
 from groupscope.offsets.timeline import Timeline
 
 
@@ -13,7 +13,9 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
     groups = []
     for g in snapshot.groups:
         committed = {TopicPartition(o.topic, o.partition): o.offset for o in g.offsets}
-        owned = {tp for m in g.members for tp in m.assignment}
+        # A share group commits nothing: its position is its share partitions' start offset.
+        owned = ({tp for m in g.members for tp in m.assignment}
+                 if g.group_type is not GroupType.SHARE else set())
         offsets = []
         for tp in sorted(set(committed) | owned):
             p = by_tp.get(tp)
@@ -64,6 +66,11 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
                     for m in g.members
                 ],
                 "offsets": offsets,
+                "share_partitions": [
+                    {"topic": p.topic, "partition": p.partition,
+                     "start_offset": p.start_offset, "lag": p.lag}
+                    for p in g.share_partitions
+                ],
             }
         )
     return {
@@ -71,6 +78,7 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
         "snapshot_ts": snapshot.snapshot_ts.isoformat(),
         "complete": snapshot.complete,
         "errors": [e.as_record() for e in snapshot.errors],
+        "notes": list(snapshot.notes),
         "groups": groups,
     }
 
@@ -89,7 +97,8 @@ def snapshot_table(snapshot: Snapshot) -> str:
                "WORST PARTITION", "COORD"]
     rows = []
     for g in doc["groups"]:
-        lags = [(o["lag"], o["topic"], o["partition"]) for o in g["offsets"]]
+        lags = [(o["lag"], o["topic"], o["partition"])
+                for o in g["offsets"] or g["share_partitions"]]
         known = [entry for entry in lags if entry[0] is not None]
         # A negative lag (committed past the high watermark) is an anomaly, not a credit
         # against other partitions' lag: it is counted apart, never netted or clamped.
@@ -129,6 +138,10 @@ def snapshot_table(snapshot: Snapshot) -> str:
         lines.append("")
         lines.append("errors:")
         lines += [f"  {printable(e.describe(), 200)}" for e in snapshot.errors]
+    if snapshot.notes:
+        lines.append("")
+        lines.append("notes:")
+        lines += [f"  {printable(note, 200)}" for note in snapshot.notes]
     return "\n".join(lines)
 
 
