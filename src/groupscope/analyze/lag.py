@@ -128,8 +128,7 @@ def with_rates(lag: DataFrame, rate_window_s: int = 300) -> DataFrame:
     production = F.when(produced_dt > 0, produced / produced_dt)
     consumed, consumed_dt = since_first_known("committed_offset")
     consumption = F.when((consumed_dt > 0) & (consumed >= 0), consumed / consumed_dt)
-    frame = frame.withColumn("production_rate", production) \
-        .withColumn("consumption_rate", consumption)
+    frame = frame.withColumns({"production_rate": production, "consumption_rate": consumption})
     gain = F.col("consumption_rate") - F.col("production_rate")
     catch_up = (F.when(F.col("lag") <= 0, F.lit(0.0))
                 .when(gain > 0, F.col("lag") / gain))
@@ -175,10 +174,11 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     by_value_reversed = Window.partitionBy(*segment_keys).orderBy(
         F.col("_value").desc(), F.col("_kind").desc(), F.col("_t").desc())
     around = (points.unionByName(asks)
-              .withColumn("_before", F.last("_point", ignorenulls=True).over(
-                  by_value.rowsBetween(Window.unboundedPreceding, -1)))
-              .withColumn("_after", F.last("_point", ignorenulls=True).over(
-                  by_value_reversed.rowsBetween(Window.unboundedPreceding, -1)))
+              .withColumns({
+                  "_before": F.last("_point", ignorenulls=True).over(
+                      by_value.rowsBetween(Window.unboundedPreceding, -1)),
+                  "_after": F.last("_point", ignorenulls=True).over(
+                      by_value_reversed.rowsBetween(Window.unboundedPreceding, -1))})
               .where(F.col("_kind") == 0)
               .select(*LOG_PARTITION, "_qid", "_value", "_t", "_before", "_after"))
 
@@ -220,8 +220,7 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     kind = (F.when(F.col("lag").isNull(), F.lit(TimeLagKind.UNKNOWN.value))
             .when(F.col("lag") <= 0, F.lit(TimeLagKind.CAUGHT_UP.value))
             .otherwise(F.coalesce(F.col("_appended")["k"], F.lit(TimeLagKind.UNKNOWN.value))))
-    return (result.withColumn("time_lag_estimated_s", time_lag)
-            .withColumn("time_lag_kind", kind)
+    return (result.withColumns({"time_lag_estimated_s": time_lag, "time_lag_kind": kind})
             .drop("_qid", "_appended", "segment"))
 
 
@@ -239,15 +238,15 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     # minute, one 7 s after a surge read the growth at an eighth and forecast the loss 100 s
     # late). Not across a gap in the snapshots longer than ``growth_window_s``.
     elapsed = (F.col("_us") - F.lag("_us").over(in_order)) / F.lit(1_000_000.0)
-    frame = frame.withColumn("lag_growth_rate", F.when(
-        (elapsed > 0) & (elapsed <= growth_window_s),
-        (F.col("lag") - F.lag("lag").over(in_order)) / elapsed))
     # The log deletes: its start moved in the history window. Its size is then steady, so its
     # start follows the high watermark and the committed offset is lost once the lag has
     # grown by the records between the two.
     # Computed before the join, in the same window operator as the growth (one sort).
-    frame = frame.withColumn("_deleting", F.col("log_start_offset")
-                             > F.first("log_start_offset", ignorenulls=True).over(order))
+    frame = frame.withColumns({
+        "lag_growth_rate": F.when((elapsed > 0) & (elapsed <= growth_window_s),
+                                  (F.col("lag") - F.lag("lag").over(in_order)) / elapsed),
+        "_deleting": F.col("log_start_offset")
+        > F.first("log_start_offset", ignorenulls=True).over(order)})
     deleting = F.col("_deleting")
     settings = ["retention_ms", "retention_bytes", "cleanup_policy"]
     if topics is None:
@@ -286,7 +285,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     by_time = F.when(deletes_by_time & behind & (F.col("lag") > 0) & age.isNotNull()
                      & (ageing > 0),
                      F.greatest((F.col("retention_ms") / 1000.0 - age) / ageing, F.lit(0.0)))
-    frame = (frame.withColumn("_by_log_start", by_log_start).withColumn("_by_time", by_time))
+    frame = frame.withColumns({"_by_log_start": by_log_start, "_by_time": by_time})
     lost = F.col("lag_beyond_retention")
     first, second = F.col("_by_log_start"), F.col("_by_time")
     loss = F.when(lost, F.lit(0.0)).otherwise(F.least(first, second))
@@ -302,7 +301,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
              .when(first.isNotNull() & (second.isNull() | (first <= second)), F.lit("log_start"))
              .when(second.isNotNull(), F.lit("retention_ms"))
              .when(safe, F.lit("none")))
-    return (frame.withColumn("loss_in_s", loss).withColumn("loss_basis", basis)
+    return (frame.withColumns({"loss_in_s": loss, "loss_basis": basis})
             .drop("_us", "_deleting", "_by_log_start", "_by_time", *settings))
 
 

@@ -149,13 +149,12 @@ def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
     previous = F.last(F.when(advanced, F.struct(F.col("_prev_t").alias("from_t"),
                                                 block.alias("block"))),
                       ignorenulls=True).over(before)
-    frame = (frame.withColumn("_block", block)
-             .withColumn("_even", F.col("_block") % 2 == 0)
-             .withColumn("_previous_advance", previous)
-             .withColumn("_pause", F.when(advanced, F.col("_t")
-                                          - F.col("_previous_advance")["from_t"]))
-             .withColumn("_first_of_block", F.coalesce(
-                 F.col("_previous_advance")["block"] != F.col("_block"), F.lit(True)))
+    frame = (frame.withColumns({"_block": block, "_previous_advance": previous})
+             .withColumns({
+                 "_even": F.col("_block") % 2 == 0,
+                 "_pause": F.when(advanced, F.col("_t") - F.col("_previous_advance")["from_t"]),
+                 "_first_of_block": F.coalesce(
+                     F.col("_previous_advance")["block"] != F.col("_block"), F.lit(True))})
              .drop("_previous_advance"))  # each window below copies whole rows: keep them narrow
     first_of_block = F.col("_first_of_block")
     # Structs ordered by block first: a running max is the max of the current block only.
@@ -164,8 +163,8 @@ def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
         "_block", F.when(~first_of_block, F.col("_pause")).alias("_pause")))).over(upto)
 
     def by_parity(name: str, value: Column) -> DataFrame:
-        return (frame.withColumn(f"{name}_even", F.when(advanced & F.col("_even"), value))
-                .withColumn(f"{name}_odd", F.when(advanced & ~F.col("_even"), value)))
+        return frame.withColumns({f"{name}_even": F.when(advanced & F.col("_even"), value),
+                                  f"{name}_odd": F.when(advanced & ~F.col("_even"), value)})
 
     def of_parity(name: str, even: Column) -> Column:
         return F.when(even, F.col(f"{name}_even")).otherwise(F.col(f"{name}_odd"))
@@ -173,20 +172,21 @@ def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
     frame = by_parity("_pause", F.col("_pause"))
     after = history.rangeBetween(1, history_us)  # this block's later advances, and the next's
     frame = (frame
-             .withColumn("_later_even", F.max("_pause_even").over(after))
-             .withColumn("_later_odd", F.max("_pause_odd").over(after))
-             .withColumn("_block_max", F.when(advanced, F.struct(
-                 "_block", so_far["_pause"].alias("all"),
-                 so_far_but_first["_pause"].alias("but_first"))))
+             .withColumns({
+                 "_later_even": F.max("_pause_even").over(after),
+                 "_later_odd": F.max("_pause_odd").over(after),
+                 "_block_max": F.when(advanced, F.struct(
+                     "_block", so_far["_pause"].alias("all"),
+                     so_far_but_first["_pause"].alias("but_first")))})
              .drop("_pause_even", "_pause_odd", "_first_of_block"))
     # -1 (no pause is negative) keeps an advance with no later one in its block from being
     # skipped as a null by "the first advance in the window".
     frame = by_parity("_later", F.coalesce(of_parity("_later", F.col("_even")), F.lit(-1.0)))
     window = history.rangeBetween(-history_us, -1)
-    frame = (frame
-             .withColumn("_first_even", F.first("_later_even", ignorenulls=True).over(window))
-             .withColumn("_first_odd", F.first("_later_odd", ignorenulls=True).over(window))
-             .withColumn("_last_before", F.last("_block_max", ignorenulls=True).over(before)))
+    frame = frame.withColumns({
+        "_first_even": F.first("_later_even", ignorenulls=True).over(window),
+        "_first_odd": F.first("_later_odd", ignorenulls=True).over(window),
+        "_last_before": F.last("_block_max", ignorenulls=True).over(before)})
     first_in_block_b = of_parity("_first", ~F.col("_even"))  # block B = this block - 1
     last = F.col("_last_before")
     in_this_block = last["_block"] == F.col("_block")
@@ -222,8 +222,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
              .join(F.broadcast(groups.select("cluster", "snapshot_ts", "group_id",
                                              *group_columns)),
                    ["cluster", "snapshot_ts", "group_id"], "left")
-             .withColumn("_us", F.unix_micros("snapshot_ts"))
-             .withColumn("_t", _t("snapshot_ts")))
+             .withColumns({"_us": F.unix_micros("snapshot_ts"), "_t": _t("snapshot_ts")}))
     # A partition whose high watermark could not be read (its leader down: the partition is
     # offline, so nothing can be appended to it either) keeps the last one read within the
     # history, as Burrow keeps its last broker offset: an unknown lag would otherwise be no
@@ -231,18 +230,22 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     hw_read = F.last(F.when(F.col("high_watermark").isNotNull(), F.struct(
         F.col("_t").alias("t"), F.col("high_watermark").alias("hw"))),
         ignorenulls=True).over(upto)
+    # Each withColumns holds only columns that do not read one another: one analysis of the
+    # plan per call, not per column (py4j round trips and analysis were most of a live run's
+    # time to build the frames).
     frame = (frame
-             .withColumn("_hw_read", F.when(hw_read["t"] >= F.col("_t") - settings.history_s,
-                                            hw_read))
-             .withColumn("_hw_carried", F.col("high_watermark").isNull()
-                         & F.col("_hw_read").isNotNull())
-             # (a consumer that read past it had the records the broker appended since)
-             .withColumn("lag", F.coalesce(F.col("lag"), F.when(
-                 F.col("_hw_read").isNotNull(),
-                 F.greatest(F.col("_hw_read")["hw"] - F.col("committed_offset"), F.lit(0)))))
-             .withColumn("_prev_t", F.lag("_t").over(history))
-             .withColumn("_d_committed",
-                         F.col("committed_offset") - F.lag("committed_offset").over(history))
+             .withColumns({
+                 "_hw_read": F.when(hw_read["t"] >= F.col("_t") - settings.history_s, hw_read),
+                 "_prev_t": F.lag("_t").over(history),
+                 "_d_committed": F.col("committed_offset")
+                 - F.lag("committed_offset").over(history)})
+             .withColumns({
+                 "_hw_carried": F.col("high_watermark").isNull() & F.col("_hw_read").isNotNull(),
+                 # (a consumer that read past it had the records the broker appended since)
+                 "lag": F.coalesce(F.col("lag"), F.when(
+                     F.col("_hw_read").isNotNull(),
+                     F.greatest(F.col("_hw_read")["hw"] - F.col("committed_offset"),
+                                F.lit(0))))})
              .withColumn("_d_lag", F.col("lag") - F.lag("lag").over(history)))
     advanced = F.col("_d_committed").isNotNull() & (F.col("_d_committed") != 0)
     horizon = F.col("_t") - F.lit(settings.history_s)
@@ -253,31 +256,33 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     # within the history horizon (incremental frames).
     last_advance = F.last("_advance", ignorenulls=True).over(upto)
     last_with_members = F.last("_with_members", ignorenulls=True).over(before)
-    frame = (frame
-             .withColumn("_advance", F.when(advanced, F.struct(
-                 F.col("_t").alias("t"), F.col("_prev_t").alias("from_t"),
-                 F.col("lag").alias("lag"))))
-             .withColumn("_with_members", F.when(F.col("member_count") > 0, F.struct(
-                 F.col("_t").alias("t"), F.col("lag").alias("lag"))))
-             .withColumn("_last_adv", F.when(last_advance["t"] >= horizon, last_advance))
-             .withColumn("_members_seen",
-                         F.when(last_with_members["t"] >= horizon, last_with_members))
-             # Without an advance in the history: since the first snapshot within it, a row
-             # every job that computes this snapshot has read (however far back it read).
-             .withColumn("_last_advance", F.greatest(
-                 F.col("_last_adv")["t"], F.min("_t").over(in_history)))
-             .withColumn("_n", F.count("*").over(window))
-             .withColumn("_rewound", F.min("_d_committed").over(window) < 0)
-             .withColumn("_lag_first", F.first("lag").over(window))
-             .withColumn("_committed_first", F.first("committed_offset").over(window))
-             .withColumn("_hw_first", F.first("high_watermark").over(window))
-             .withColumn("_lag_never_fell", F.min("_d_lag").over(window) >= 0))
     # A steady rhythm: at an advance, every snapshot of the window before it advanced too.
     skipped = F.col("_d_committed").isNotNull() & (F.col("_d_committed") == 0)
     frame = (frame
-             .withColumn("_skips", F.sum(skipped.cast("int")).over(window))
-             .withColumn("_steady", F.when(advanced, (F.col("_skips") == 0) & (
-                 F.count("_d_committed").over(window) >= settings.steady_points)))
+             .withColumns({
+                 "_advance": F.when(advanced, F.struct(
+                     F.col("_t").alias("t"), F.col("_prev_t").alias("from_t"),
+                     F.col("lag").alias("lag"))),
+                 "_with_members": F.when(F.col("member_count") > 0, F.struct(
+                     F.col("_t").alias("t"), F.col("lag").alias("lag")))})
+             .withColumns({
+                 "_last_adv": F.when(last_advance["t"] >= horizon, last_advance),
+                 "_members_seen": F.when(last_with_members["t"] >= horizon, last_with_members),
+                 "_n": F.count("*").over(window),
+                 "_rewound": F.min("_d_committed").over(window) < 0,
+                 "_lag_first": F.first("lag").over(window),
+                 "_committed_first": F.first("committed_offset").over(window),
+                 "_hw_first": F.first("high_watermark").over(window),
+                 "_lag_never_fell": F.min("_d_lag").over(window) >= 0,
+                 "_skips": F.sum(skipped.cast("int")).over(window)})
+             .withColumns({
+                 # Without an advance in the history: since the first snapshot within it, a
+                 # row every job that computes this snapshot has read (however far back it
+                 # read).
+                 "_last_advance": F.greatest(F.col("_last_adv")["t"],
+                                             F.min("_t").over(in_history)),
+                 "_steady": F.when(advanced, (F.col("_skips") == 0) & (
+                     F.count("_d_committed").over(window) >= settings.steady_points))})
              .withColumn("_steady_last", F.last("_steady", ignorenulls=True).over(upto))
              .drop("_skips", "_steady"))
     frame = _with_longest_pause(frame, advanced, history, int(settings.history_s * micros))
@@ -316,11 +321,12 @@ def partition_status(lag: DataFrame, groups: DataFrame,
               & (F.col("lag") > F.col("_last_adv")["lag"]))
     at_snapshot = Window.partitionBy("cluster", "group_id", "snapshot_ts")
     frame = (frame
-             .withColumn("_halted", F.coalesce(halted, F.lit(False)))
-             .withColumn("_group_moving", F.max(
-                 (since_advance < settings.halt_after_s).cast("int")).over(at_snapshot))
-             .withColumn("_group_halted", F.sum(F.col("_halted").cast("int")).over(at_snapshot))
-             .withColumn("_group_partitions", F.count("*").over(at_snapshot)))
+             .withColumns({
+                 "_halted": F.coalesce(halted, F.lit(False)),
+                 "_group_moving": F.max(
+                     (since_advance < settings.halt_after_s).cast("int")).over(at_snapshot),
+                 "_group_partitions": F.count("*").over(at_snapshot)})
+             .withColumn("_group_halted", F.sum(F.col("_halted").cast("int")).over(at_snapshot)))
     conditions: dict[Rule, Column] = {
         Rule.REWIND: F.coalesce(F.col("_rewound"), F.lit(False)),
         Rule.NO_LAG: ~F.coalesce(behind, F.lit(True)),
