@@ -137,6 +137,17 @@ def test_a_surge_one_interval_old_is_named_at_once() -> None:
     assert "consumer_slower" not in kinds(found)
 
 
+def test_a_surge_while_consumption_falls_leaves_the_slow_consumer_named() -> None:
+    # Production 10x and consumption down to 40% in the newest interval: not the surge's
+    # doing alone (consumption did not hold), so the slow consumer is still named.
+    def surging(i: int) -> tuple[str | None, int, int]:
+        committed = 1000 + i * 100 if i <= 18 else 1000 + 1800 + 40
+        hw = 1000 + i * 100 if i <= 18 else 1000 + 1800 + 1000
+        return "m-alice", committed, hw
+    found = rank(evidence(20, {("orders", 0): surging}), "lag_records")
+    assert kinds(found) == ["consumer_slower"], found
+
+
 def test_a_consumer_slower_than_steady_production_is_named() -> None:
     found = rank(evidence(20, {("orders", 0): steady(produce=100, consume=60)}), "lag_seconds")
     assert kinds(found) == ["consumer_slower"], found

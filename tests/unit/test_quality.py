@@ -193,3 +193,29 @@ def test_the_arrow_validator_refuses_an_expectation_it_does_not_know() -> None:
     with pytest.raises(KeyError):
         quality.validate_arrow(_arrow(_landed_frames()),
                                {"snapshots": [("ExpectColumnToExist", {"column": "x"})]})
+
+
+def test_only_broken_bytes_quarantine_a_snapshot_and_storage_failures_fail_the_task(
+        tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from groupscope.land.snapshots import is_torn
+
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"a": list(range(1000))}), good)
+    data = good.read_bytes()
+    broken = {"truncated": data[: len(data) // 2],  # no footer: ArrowInvalid
+              "scrambled": data[:100] + b"x" * 200 + data[300:]}  # Parquet's plain OSError
+    for name, content in broken.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises((OSError, pa.ArrowException)) as raised:
+            pq.read_table(tmp_path / name).to_pylist()
+        assert is_torn(raised.value), (name, raised.value)
+    with pytest.raises(OSError) as missing:
+        pq.read_table(tmp_path / "gone.parquet")
+    assert not is_torn(missing.value)  # listed, then moved by another run: try again
+    for storage in (PermissionError(13, "Permission denied"), OSError(5, "Input/output error"),
+                    OSError("Failed to open local file 'x'. Detail: [errno 116] Stale file "
+                            "handle")):
+        assert not is_torn(storage), storage

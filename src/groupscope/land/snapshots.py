@@ -119,12 +119,28 @@ def scan_landed(root: Path, cluster: str | None = None, since: datetime | None =
             row = pq.read_table(manifest, columns=["cluster", "snapshot_ts", "snapshot_id"])
             record = row.to_pylist()[0]
         except (OSError, pa.ArrowException, IndexError) as exc:
+            if not is_torn(exc):
+                raise
             unreadable.append(Unreadable(manifest, _reason(exc)))
             continue
         found.append(
             LandedSnapshot(root, record["cluster"], record["snapshot_ts"], record["snapshot_id"])
         )
     return sorted(found, key=lambda s: (s.snapshot_ts, s.cluster)), unreadable
+
+
+def is_torn(exc: BaseException) -> bool:
+    """Whether a read failure says the file's content is broken (quarantine it), rather than
+    that the storage failed (a file gone or denied, EIO, a stale NFS handle: fail the task,
+    so it is tried again and the snapshot loads once the storage is back). Parquet's
+    complaints about bytes are plain OSErrors without an errno ("Corrupt snappy compressed
+    data"); the storage's are OSError subclasses, carry an errno, or (wrapped by Arrow) name
+    it in their text."""
+    if not isinstance(exc, OSError):
+        return True  # ArrowInvalid (no Parquet footer), a manifest without a row
+    if type(exc) is not OSError or exc.errno is not None:
+        return False
+    return "[errno" not in str(exc).lower()
 
 
 def _reason(exc: BaseException) -> str:

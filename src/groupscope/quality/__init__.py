@@ -42,7 +42,7 @@ from groupscope.contract import layout
 from groupscope.contract.model import GroupType, TaskRole
 from groupscope.contract.status import GroupStatus, PartitionStatus, TimeLagKind
 from groupscope.contract.tables import KEYS, SCHEMAS
-from groupscope.land.snapshots import LandedSnapshot
+from groupscope.land.snapshots import LandedSnapshot, is_torn
 
 LANDED_SUITE = "landed_snapshot"
 MARTS_SUITE = "marts"
@@ -155,6 +155,8 @@ def check_landed(landed: LandedSnapshot) -> SuiteResult:
         manifest_rows = tables["snapshots"].to_pylist()
         landed.read_whatif()  # loaded with it: a torn what-if file would fail every load
     except (OSError, pa.ArrowException) as exc:
+        if not is_torn(exc):
+            raise
         return unreadable(landed.cluster, subject, f"{type(exc).__name__}: {exc}")
     if len(manifest_rows) != 1:
         return SuiteResult(LANDED_SUITE, landed.cluster, subject, 1, (

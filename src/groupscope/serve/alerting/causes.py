@@ -591,7 +591,8 @@ def _rates(evidence: Evidence) -> list[Found]:
                           f" {_per_minute(produced_before)} before), while consumption"
                           f" holds at {_per_minute(consumed_surge)}", since))
     slower = consuming and produced_now > 1.1 * consumed_now and lag_grew
-    if slower and not surge:
+    # A surge named explains the slowness; one whose consumption did not hold does not.
+    if slower and not any(f[0] == "producer_surge" for f in found):
         since = _growth_start(totals)
         found.append(("consumer_slower", "the consumers are slower than production",
                       f"consuming {_per_minute(consumed_now)} against"
