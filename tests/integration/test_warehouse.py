@@ -18,7 +18,7 @@ import pytest
 from conftest import unique
 from kafkautil import commit_offsets, create_topic, produce_counts, take_snapshot
 from overlap import hold_first
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import IntegrityError
 
 from groupscope import pipeline, warehouse
@@ -271,6 +271,44 @@ def test_a_lock_wait_is_bounded_and_names_the_holder(warehouse_engine: Engine,
         holder.rollback()
         holder.execute("SELECT pg_advisory_unlock(%s)", (warehouse._LOCK_ID,))
     assert warehouse.migrate(warehouse_engine) == []
+
+
+def test_a_migration_that_times_out_leaves_no_lock_timeout_and_names_its_holder(
+        postgres: LocalPostgres, tmp_path: Path) -> None:
+    """The advisory lock not granted, and a migration's own statement (run on the driver's
+    cursor, whose error is psycopg's, not SQLAlchemy's) timing out: both are ``LockTimeout``,
+    and the one pooled connection goes back without the migration's lock_timeout."""
+    # One pooled connection (the migration's; the holders are looked up on an overflow one).
+    engine = create_engine(make_url(postgres.url).set(drivername="postgresql+psycopg"),
+                           pool_size=1, max_overflow=1)
+    probe = f"ops.{unique('lock_probe').replace('-', '_')}"
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "migrations" / "9001_probe.sql").write_text(
+        f"ALTER TABLE {probe} ADD COLUMN added integer;\n")
+    try:
+        with psycopg.connect(postgres.url, application_name="holder-of-locks") as holder:
+            holder.execute(f"CREATE TABLE {probe} (id integer)")
+            holder.commit()
+            holder.execute("SELECT pg_advisory_lock(%s)", (warehouse._LOCK_ID,))
+            with pytest.raises(warehouse.LockTimeout, match=r"held by pid .*last statement"):
+                warehouse.migrate(engine, tmp_path, lock_timeout_s=0.3)
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("SHOW lock_timeout").scalar_one() == "0"
+            holder.execute("SELECT pg_advisory_unlock(%s)", (warehouse._LOCK_ID,))
+            holder.execute(f"LOCK TABLE {probe} IN ACCESS SHARE MODE")
+            with pytest.raises(warehouse.LockTimeout,
+                               match=r"^the migration gave up .*holder-of-locks"):
+                warehouse.migrate(engine, tmp_path, lock_timeout_s=0.3)
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("SHOW lock_timeout").scalar_one() == "0"
+                assert conn.execute(text(
+                    "SELECT count(*) FROM groupscope_meta.schema_migrations WHERE version = 9001"
+                )).scalar_one() == 0
+            holder.rollback()
+            holder.execute(f"DROP TABLE {probe}")
+            holder.commit()
+    finally:
+        engine.dispose()
 
 
 # -- writers of the same rows at once ----------------------------------------------------------

@@ -21,6 +21,7 @@ load never fails for want of one (an interval across midnight writes to both day
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +42,8 @@ from groupscope.contract.tables import LOAD_ORDER
 RAW_SCHEMA = "raw"
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _LOCK_ID = 0x67726F7570  # "group": serialises concurrent migrators
+
+log = logging.getLogger(__name__)
 
 
 class WarehouseUnavailable(RuntimeError):
@@ -116,8 +119,9 @@ _SUPERSEDED = {10: frozenset({"196dac065eb230a901a8076c6ce242e42015186688f7947ea
 # Migrations that copy every row of the ordinary (not yet partitioned) tables of these
 # schemas: what the plan's estimate counts.
 _REWRITES = {10: ("raw", "mart")}
-# The copy rate the estimate assumes, measured by bench/migration_bench.py on 2 shared cores
-# (docs/benchmarks.md): rows moved, keys and indexes rebuilt.
+# The copy rate the estimate assumes: the slower, loaded-machine rate of 0010's copies on 2
+# shared cores (test_retention's old warehouse, docs/benchmarks.md; about 70 MiB/s unloaded):
+# rows moved, keys and indexes rebuilt.
 COPY_BYTES_PER_S = 20 * 2**20
 _META_TABLES = (
     "CREATE SCHEMA IF NOT EXISTS groupscope_meta",
@@ -236,9 +240,13 @@ def migrate(engine: Engine, directory: Path | None = None, now: datetime | None 
         conn.exec_driver_sql(f"SET lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
         pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         conn.commit()
-        with _lock_errors(engine, "the migration", pid):
-            conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _LOCK_ID})
-            conn.commit()
+        try:
+            with _lock_errors(engine, "the migration", pid):
+                conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _LOCK_ID})
+                conn.commit()
+        except BaseException:
+            _release_migration_lock(conn, locked=False)  # not granted: the timeout only
+            raise
         try:
             with _lock_errors(engine, "the migration", pid):
                 _apply(conn, migrations(directory), applied_now, say)
@@ -249,12 +257,31 @@ def migrate(engine: Engine, directory: Path | None = None, now: datetime | None 
                         partitions.create_partitions(
                             conn, partitions.days_ahead(now or datetime.now(UTC)))
         finally:
-            if conn.in_transaction():
-                conn.rollback()
-            conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
-            conn.exec_driver_sql("RESET lock_timeout")  # the connection goes back to the pool
-            conn.commit()
+            _release_migration_lock(conn, locked=True)
     return applied_now
+
+
+def _release_migration_lock(conn: Any, locked: bool) -> None:
+    """The migration's session state undone before its connection goes back to the pool: its
+    advisory lock (``locked``) and its lock_timeout. On a connection that died meanwhile (the
+    session and its lock are gone with it) the cleanup's own error is logged, never raised
+    over the error that ended the migration."""
+    try:
+        if conn.in_transaction():
+            conn.rollback()
+        if locked:
+            conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
+        conn.exec_driver_sql("RESET lock_timeout")
+        conn.commit()
+    except Exception as exc:  # the connection is unusable: the pool discards it
+        log.warning("the migration's connection could not be reset (%s); it is discarded",
+                    type(exc).__name__)
+        conn.invalidate()
+
+
+def _accepted(m: Migration, applied_checksum: str) -> bool:
+    """An applied migration's recorded checksum is this code's, or one it superseded."""
+    return applied_checksum in {m.checksum, *_SUPERSEDED.get(m.version, ())}
 
 
 def _apply(conn: Any, wanted: list[Migration], applied_now: list[str],
@@ -266,7 +293,7 @@ def _apply(conn: Any, wanted: list[Migration], applied_now: list[str],
     conn.commit()
     for m in wanted:
         if m.version in applied:
-            if applied[m.version] not in {m.checksum, *_SUPERSEDED.get(m.version, ())}:
+            if not _accepted(m, applied[m.version]):
                 raise RuntimeError(
                     f"migration {m.name} was applied with different contents; "
                     "add a new migration instead of editing an applied one")
@@ -329,7 +356,7 @@ def check_migrated(engine: Engine, directory: Path | None = None) -> None:
             raise WarehouseNotMigrated(
                 f"{where} is not migrated ({len(pending)} migration(s) pending, from "
                 f"{pending[0]}): run `{MIGRATE_COMMAND}` first")
-        if applied[m.version] not in {m.checksum, *_SUPERSEDED.get(m.version, ())}:
+        if not _accepted(m, applied[m.version]):
             raise WarehouseNotMigrated(
                 f"{where} has {m.name} applied with other contents than this groupscope's: "
                 "deploy the version that migrated it, or a newer one")
@@ -347,8 +374,10 @@ class _lock_errors:
         return None
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, OperationalError) \
-                and getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+        # Through SQLAlchemy the driver's error is the OperationalError's ``orig``; a
+        # migration's SQL runs on the driver's cursor (its '%' are SQL), which raises it bare.
+        driver_error = exc.orig if isinstance(exc, OperationalError) else exc
+        if getattr(driver_error, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             raise LockTimeout(f"{self.what} gave up waiting for a lock: "
                               f"{lock_holders(self.engine, self.own_pid)}") from None
 
@@ -365,7 +394,9 @@ def lock_holders(engine: Engine, own_pid: int | None = None) -> str:
             rows = conn.execute(text(
                 "SELECT a.pid, a.application_name, a.state, a.usename,"
                 " round(extract(epoch FROM now() - a.xact_start)) AS seconds,"
-                " left(regexp_replace(a.query, '\\s+', ' ', 'g'), 80) AS query"
+                # The statement's first word only: its text may hold another application's
+                # literals, and this message reaches task failures and the alert channels.
+                " upper(substring(a.query FROM '^\\s*([A-Za-z]+)')) AS command"
                 " FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid()"
                 " AND a.pid IS DISTINCT FROM :own AND a.datname = current_database()"
                 " AND a.pid IN ("
@@ -380,7 +411,8 @@ def lock_holders(engine: Engine, own_pid: int | None = None) -> str:
         return "no session holds one now (it was released): run it again"
     return "held by " + "; ".join(
         f"pid {r.pid} ({r.usename}, {r.application_name or 'no application name'}, "
-        f"{r.state}, in a transaction for {r.seconds} s: {r.query!r})" for r in rows)
+        f"{r.state}, in a transaction for {r.seconds} s, last statement "
+        f"{r.command or 'unknown'})" for r in rows)
 
 
 @contextmanager
