@@ -137,6 +137,29 @@ def test_a_surge_one_interval_old_is_named_at_once() -> None:
     assert "consumer_slower" not in kinds(found)
 
 
+def test_a_surge_that_just_ended_is_still_the_cause() -> None:
+    # 10x production in intervals 16-18, back to normal in the newest one; the consumer holds
+    # at 110 a snapshot (faster than normal production): the lag alert firing now is the
+    # surge's doing, and adding consumers is not the advice.
+    def surged(i: int) -> tuple[str | None, int, int]:
+        hw = 1000 + i * 100 + 900 * max(0, min(i, 18) - 15)
+        return "m-alice", 1000 + i * 110, hw
+    found = rank(evidence(20, {("orders", 0): surged}), "lag_seconds")
+    assert kinds(found)[0] == "producer_surge", found
+    assert "production up 10.0x from 10:03:45Z until 10:04:30Z" in found[0].evidence
+    assert "consumer_slower" not in kinds(found)
+
+
+def test_a_surge_older_than_the_recent_intervals_is_not_named() -> None:
+    # The same surge ten intervals ago; the consumer is slower than production since.
+    def surged(i: int) -> tuple[str | None, int, int]:
+        hw = 1000 + i * 100 + 900 * max(0, min(i, 9) - 6)
+        return "m-alice", 1000 + i * 60, hw
+    found = rank(evidence(20, {("orders", 0): surged}), "lag_seconds")
+    assert "producer_surge" not in kinds(found), found
+    assert kinds(found) == ["consumer_slower"], found
+
+
 def test_a_surge_while_consumption_falls_leaves_the_slow_consumer_named() -> None:
     # Production 10x and consumption down to 40% in the newest interval: not the surge's
     # doing alone (consumption did not hold), so the slow consumer is still named.

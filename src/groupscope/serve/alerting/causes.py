@@ -574,8 +574,10 @@ def _rates(evidence: Evidence) -> list[Found]:
     # A surge is measured over its own run of intervals, not over the recent window: a lag
     # alert fires one or two intervals into a surge, when the window's average still
     # dilutes it below the factor (the demo's surge fired as "slower than production").
-    since = _surge_start(totals, produced_before)
-    run = [t for t in totals if t.ts >= since]
+    # A lag alert often fires just after a short surge ended: the run is looked for among
+    # the recent intervals, not only at the newest one.
+    since, until = _surge_run(totals, produced_before) or (totals[-1].ts, totals[-1].ts)
+    run = [t for t in totals if since <= t.ts <= until]
     produced_surge, consumed_surge = _rate(run, "produced"), _rate(run, "committed")
     surge = (produced_surge is not None and consumed_surge is not None
              and produced_surge >= SURGE_FACTOR * max(produced_before, 1e-9)
@@ -585,11 +587,13 @@ def _rates(evidence: Evidence) -> list[Found]:
         # consumer's.
         holding = consumed_surge >= 0.5 * consumed_before and consuming
         if holding and run[-1].lag > run[0].lag:
+            when = (f"since {_clock(since)}" if until == totals[-1].ts
+                    else f"from {_clock(since)} until {_clock(until)}")
             found.append(("producer_surge", "a producer surge",
                           f"production up {produced_surge / max(produced_before, 1e-9):.1f}x"
-                          f" since {_clock(since)} ({_per_minute(produced_surge)} against"
-                          f" {_per_minute(produced_before)} before), while consumption"
-                          f" holds at {_per_minute(consumed_surge)}", since))
+                          f" {when} ({_per_minute(produced_surge)}"
+                          f" against {_per_minute(produced_before)} before), while"
+                          f" consumption holds at {_per_minute(consumed_surge)}", since))
     slower = consuming and produced_now > 1.1 * consumed_now and lag_grew
     # A surge named explains the slowness; one whose consumption did not hold does not.
     if slower and not any(f[0] == "producer_surge" for f in found):
@@ -603,16 +607,25 @@ def _rates(evidence: Evidence) -> list[Found]:
     return found
 
 
-def _surge_start(totals: Sequence[Totals], baseline: float) -> datetime:
-    """The first snapshot of the newest run of intervals produced above the surge factor."""
-    start = totals[-1].ts
-    for before, now in reversed(list(itertools.pairwise(totals))):
+def _surge_run(totals: Sequence[Totals], baseline: float) -> tuple[datetime, datetime] | None:
+    """The newest run of intervals produced above the surge factor, if it lasted into the last
+    ``RECENT_INTERVALS`` intervals: (its first snapshot, its last); None without one."""
+    intervals = list(itertools.pairwise(totals))
+    run: tuple[datetime, datetime] | None = None
+    for age, (before, now) in enumerate(reversed(intervals)):
         seconds = (now.ts - before.ts).total_seconds()
-        if seconds <= 0 or (now.produced - before.produced) / seconds \
-                < SURGE_FACTOR * max(baseline, 1e-9):
+        above = seconds > 0 and (now.produced - before.produced) / seconds \
+            >= SURGE_FACTOR * max(baseline, 1e-9)
+        if run is None:
+            if above:
+                run = (before.ts, now.ts)
+            elif age + 1 >= RECENT_INTERVALS:
+                return None
+        elif above:
+            run = (before.ts, run[1])
+        else:
             break
-        start = before.ts
-    return start
+    return run
 
 
 def _growth_start(totals: Sequence[Totals]) -> datetime:
