@@ -219,3 +219,18 @@ def test_only_broken_bytes_quarantine_a_snapshot_and_storage_failures_fail_the_t
                     OSError("Failed to open local file 'x'. Detail: [errno 116] Stale file "
                             "handle")):
         assert not is_torn(storage), storage
+    # The process, not the file: out of memory, interrupted. Tried again, never quarantined.
+    for transient in (pa.ArrowMemoryError("malloc of size 1048576 failed"),
+                      pa.ArrowCancelled("Operation cancelled"), MemoryError()):
+        assert not is_torn(transient), transient
+    # Sound bytes read with a contract whose type changed since: the code is to fix, the
+    # snapshot to keep.
+    typed = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"a": ["x"], "b": [2**40], "c": [1.5]}), typed)
+    for column, contract in (("a", pa.int32()), ("b", pa.int32()), ("c", pa.int64()),
+                             ("a", pa.list_(pa.int32()))):
+        with pytest.raises(pa.ArrowException) as cast:
+            pq.read_table(typed, schema=pa.schema([(column, contract)]))
+        assert not is_torn(cast.value), cast.value
+    # A string column whose bytes were damaged decodes to no UTF-8: torn.
+    assert is_torn(UnicodeDecodeError("utf-8", b"\xc7x", 0, 1, "invalid continuation byte"))

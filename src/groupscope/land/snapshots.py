@@ -18,6 +18,7 @@ so it is computed before the snapshot lands and kept beside it, under ``whatif/`
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def scan_landed(root: Path, cluster: str | None = None, since: datetime | None =
         try:
             row = pq.read_table(manifest, columns=["cluster", "snapshot_ts", "snapshot_id"])
             record = row.to_pylist()[0]
-        except (OSError, pa.ArrowException, IndexError) as exc:
+        except READ_ERRORS as exc:
             if not is_torn(exc):
                 raise
             unreadable.append(Unreadable(manifest, _reason(exc)))
@@ -129,18 +130,32 @@ def scan_landed(root: Path, cluster: str | None = None, since: datetime | None =
     return sorted(found, key=lambda s: (s.snapshot_ts, s.cluster)), unreadable
 
 
+# What reading a landed file raises: the storage's errors, Arrow's and Parquet's, a manifest
+# without a row, and the text of a string column that decodes to no UTF-8 (broken bytes).
+READ_ERRORS = (OSError, pa.ArrowException, IndexError, UnicodeDecodeError)
+# Arrow's complaints about a value that does not fit the contract's type: a file read with a
+# schema that changed since it was landed, whose bytes are sound.
+_CAST_FAILED = re.compile(r"failed to parse|unsupported cast|not in range|was truncated|"
+                          r"would lose", re.IGNORECASE)
+
+
 def is_torn(exc: BaseException) -> bool:
     """Whether a read failure says the file's content is broken (quarantine it), rather than
-    that the storage failed (a file gone or denied, EIO, a stale NFS handle: fail the task,
-    so it is tried again and the snapshot loads once the storage is back). Parquet's
-    complaints about bytes are plain OSErrors without an errno ("Corrupt snappy compressed
-    data"); the storage's are OSError subclasses, carry an errno, or (wrapped by Arrow) name
-    it in their text."""
-    if not isinstance(exc, OSError):
-        return True  # ArrowInvalid (no Parquet footer), a manifest without a row
-    if type(exc) is not OSError or exc.errno is not None:
+    that the storage or the process failed, or that the code's contract no longer fits the
+    file: those fail the task, so it is tried again (the storage back, memory freed) or
+    fixed, and the snapshot loads then. Parquet's complaints about bytes are plain OSErrors
+    without an errno ("Corrupt snappy compressed data") or ArrowInvalid; the storage's are
+    OSError subclasses, carry an errno, or (wrapped by Arrow) name it in their text."""
+    if isinstance(exc, MemoryError | pa.ArrowCancelled | pa.ArrowCapacityError
+                  | NotImplementedError):
+        return False  # out of memory, interrupted, or a cast this code cannot do
+    if isinstance(exc, OSError):
+        if type(exc) is not OSError or exc.errno is not None:
+            return False
+        return "[errno" not in str(exc).lower()
+    if isinstance(exc, pa.ArrowInvalid | pa.ArrowTypeError) and _CAST_FAILED.search(str(exc)):
         return False
-    return "[errno" not in str(exc).lower()
+    return isinstance(exc, READ_ERRORS)
 
 
 def _reason(exc: BaseException) -> str:

@@ -42,7 +42,7 @@ from groupscope.contract import layout
 from groupscope.contract.model import GroupType, TaskRole
 from groupscope.contract.status import GroupStatus, PartitionStatus, TimeLagKind
 from groupscope.contract.tables import KEYS, SCHEMAS
-from groupscope.land.snapshots import LandedSnapshot, is_torn
+from groupscope.land.snapshots import READ_ERRORS, LandedSnapshot, is_torn
 
 LANDED_SUITE = "landed_snapshot"
 MARTS_SUITE = "marts"
@@ -154,7 +154,7 @@ def check_landed(landed: LandedSnapshot) -> SuiteResult:
         tables = landed.read()
         manifest_rows = tables["snapshots"].to_pylist()
         landed.read_whatif()  # loaded with it: a torn what-if file would fail every load
-    except (OSError, pa.ArrowException) as exc:
+    except READ_ERRORS as exc:
         if not is_torn(exc):
             raise
         return unreadable(landed.cluster, subject, f"{type(exc).__name__}: {exc}")
