@@ -168,7 +168,8 @@ def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
 
 
 def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: datetime,
-                max_snapshots: int = DEFAULT_MAX_PER_RUN) -> list[str]:
+                max_snapshots: int = DEFAULT_MAX_PER_RUN,
+                backlog: timedelta = DEFAULT_BACKLOG) -> list[str]:
     """Checks the pending landed snapshots (at most ``max_snapshots``, oldest first); keeps
     every result in ``ops.quality_results``; rejects the failed ones (they stay landed, marked)
     and raises ``QualityGateFailed`` if there were any. Returns the ids that passed.
@@ -179,7 +180,8 @@ def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: dat
     from groupscope import quality
 
     with _warehouse(warehouse_url) as engine:
-        pending, torn_manifests = pending_snapshots(engine, landing, cluster, checked_at)
+        pending, torn_manifests = pending_snapshots(engine, landing, cluster, checked_at,
+                                                    backlog)
         pending = pending[:max_snapshots]
         checked = [(s.path(MANIFEST_TABLE), quality.check_landed(s)) for s in pending]
         torn = [*((u.manifest, quality.unreadable(u.cluster, u.snapshot_id, u.reason))
@@ -222,13 +224,15 @@ def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str
 
 
 def check_and_load(warehouse_url: str, landing: Path, cluster: str, now: datetime,
-                   max_snapshots: int = DEFAULT_MAX_PER_RUN) -> list[str]:
+                   max_snapshots: int = DEFAULT_MAX_PER_RUN,
+                   backlog: timedelta = DEFAULT_BACKLOG) -> list[str]:
     """The snapshot DAG's second step, in one task: ``gate_landed``, then ``load`` of what
     passed (one task process fewer between a snapshot and its marts). A snapshot that fails
     the gate loads nothing of that run (``QualityGateFailed``, raised before any load).
-    Returns the ids loaded."""
-    passed = gate_landed(warehouse_url, landing, cluster, now, max_snapshots)
-    load(warehouse_url, landing, cluster, passed, now)
+    Returns the ids loaded. ``backlog``: how far back pending snapshots are looked for (the
+    DAG's day; ``groupscope warehouse load`` looks at the whole landing zone)."""
+    passed = gate_landed(warehouse_url, landing, cluster, now, max_snapshots, backlog)
+    load(warehouse_url, landing, cluster, passed, now, backlog)
     return passed
 
 

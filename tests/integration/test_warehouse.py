@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -236,6 +238,41 @@ def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
     with warehouse_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM ops.quality_results WHERE cluster = :c"
                                  " AND suite = 'landed_files'"), {"c": cluster}).scalar_one() == 3
+
+
+def test_the_load_command_takes_an_old_backlog_through_the_same_gate(
+        kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
+        tmp_path: Path) -> None:
+    """``groupscope warehouse load``: snapshots older than the DAG's day, one of them torn and
+    one failing the checks; the torn one is quarantined, the failing one rejected (marked),
+    the rest loaded, in one run."""
+    cluster = unique("backlog")
+
+    def land_days_ago(snapshot: Snapshot, landing: Path) -> LandedSnapshot:
+        return pipeline.land_snapshot(
+            dataclasses.replace(snapshot, snapshot_ts=snapshot.snapshot_ts - timedelta(days=3)),
+            landing)
+
+    _, landed = _landed_backlog(kafka, cluster, tmp_path, 4, land_days_ago)
+    torn, failing, *good = landed
+    _tear(torn.path("committed_offsets"))
+    topics = pq.read_table(failing.path("topics"))
+    pq.write_table(pa.concat_tables([topics, topics]), failing.path("topics"))  # a duplicate
+    result = subprocess.run(
+        [sys.executable, "-m", "groupscope.cli", "warehouse", "load", "--url", postgres.url,
+         "--landing", str(tmp_path), "--cluster", cluster],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr  # something was rejected: said, and non-zero
+    assert result.stdout.strip() == ("loaded 2 landed snapshot(s) not yet in the warehouse; 1 "
+                                     "failed the checks and were rejected (marked in the "
+                                     "landing zone)"), result.stdout
+    assert "Traceback" not in result.stderr
+    assert [row[:2] for row in _dump(warehouse_engine, cluster)["snapshots"]] == [
+        (cluster, s.snapshot_ts) for s in good]
+    assert (tmp_path / "_quarantine" / f"cluster={cluster}" / torn.snapshot_id).is_dir()
+    from groupscope import quality
+
+    assert quality.rejected_ids(tmp_path, cluster) == {failing.snapshot_id}
 
 
 def test_a_rejected_snapshot_is_never_read_by_spark(kafka: KafkaCluster, spark: Any,
