@@ -52,6 +52,8 @@ class Run(threading.Thread):
 
     def outcome(self) -> Any:
         self.join(WAIT_BOUND_S)
+        if self.is_alive():
+            raise AssertionError(f"still running after {WAIT_BOUND_S} s: {self.work!r}")
         if self.error is not None:
             raise self.error
         return self.result

@@ -327,10 +327,10 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-# How long the operational tables keep their rows (GROUPSCOPE_RETENTION_*_DAYS): resolved
-# alert incidents with their deliveries, quality results, and the records of dropped partitions.
-OPS_RETENTION = {"incidents": timedelta(days=90), "quality": timedelta(days=30),
-                 "drops": timedelta(days=400)}
+# The operational tables whose rows ``retention`` deletes past their age (how long: the
+# settings' GROUPSCOPE_RETENTION_*_DAYS): resolved alert incidents with their deliveries,
+# quality results, and the records of dropped partitions.
+OPS_RETENTION = ("incidents", "quality", "drops")
 
 
 def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) -> dict[str, Any]:
@@ -352,7 +352,7 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
 
     try:
         families = partitions.check_retention(keep)
-        ops = partitions.check_retention(keep, tuple(OPS_RETENTION))
+        ops = partitions.check_retention(keep, OPS_RETENTION)
     except ValueError as exc:
         raise StageFailed(f"retention: {exc}") from None
     with _warehouse(warehouse_url) as engine:

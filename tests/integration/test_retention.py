@@ -29,6 +29,7 @@ from overlap import Run, lock_waiters, until
 from sqlalchemy import Engine, text
 
 from groupscope import pipeline, warehouse
+from groupscope.settings import Settings
 from groupscope.warehouse import partitions
 from groupscope_dev.postgres import READER_PASSWORD, READER_ROLE, LocalPostgres
 
@@ -39,7 +40,7 @@ NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)
 # The migrations from the partitioning one on: what an old (0009) warehouse has pending.
 FROM_0010 = sum(m.version >= 10 for m in warehouse.migrations())
 TS = pa.timestamp("us", tz="UTC")
-KEEP = {**partitions.DEFAULT_RETENTION, **pipeline.OPS_RETENTION}
+KEEP = Settings().retention  # the defaults: every family and operational table
 
 
 @pytest.fixture

@@ -227,8 +227,13 @@ class Collector:
         described.update(self._describe_groups(unconfirmed, describe_errors))
         errors += describe_errors + offsets_errors + kinds_errors
 
-        groups = (assemble_groups(listings, described, committed, metadata, classic_view)
-                  + kind_groups_found)
+        # A group is one kind: were the classic listing ever to show a share or streams group
+        # too (another librdkafka or broker), the Java Admin's description of it is kept,
+        # never both (one group twice breaks the snapshot's key).
+        kind_ids = {g.group_id for g in kind_groups_found}
+        groups = [g for g in assemble_groups(listings, described, committed, metadata,
+                                             classic_view) if g.group_id not in kind_ids]
+        groups += kind_groups_found
         touched = touched_partitions(groups, metadata, errors)
         partitions = self._partition_offsets(touched, errors, metadata.partition_leaders)
         record_timestamps = self._record_timestamps(groups, partitions, errors)
