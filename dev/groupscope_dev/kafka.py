@@ -8,6 +8,7 @@ min(3, nodes) ways.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -62,10 +63,23 @@ def streams_libs(version: str = DEFAULT_KAFKA_VERSION) -> Path:
 
 
 def maven_libs(pom_name: str, libs: Path, properties: dict[str, str], what: str) -> Path:
-    """Copies the dependencies of a packaged pom into ``libs`` with Maven, once."""
+    """Copies the dependencies of a packaged pom into ``libs`` with Maven, once. Processes
+    that want the same jars at once (test workers, a demo beside a test run) take turns: the
+    one that comes second finds them complete, never jars another is still writing."""
     done = libs / ".complete"
     if done.exists():
         return libs
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with open(libs.parent / f".{libs.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return libs
+        return _fetch_maven_libs(pom_name, libs, properties, what)
+
+
+def _fetch_maven_libs(pom_name: str, libs: Path, properties: dict[str, str],
+                      what: str) -> Path:
+    done = libs / ".complete"
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError(
