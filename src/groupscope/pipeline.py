@@ -292,10 +292,26 @@ def analytics(spark: Any, job: JobArgs, kind: str, small: bool = False) -> dict[
     with _warehouse(job.warehouse) as engine:
         for ts_column, frames in compute(spark, job, kind, small):
             tables = [(name, frame.toArrow()) for name, frame in frames]
+            end = job.interval.end
+            if ts_column == "snapshot_ts":
+                end = min(end, _read_through(tables, ts_column, job.interval.start))
             warehouse.replace_interval_rows(engine, "mart", tables, job.cluster, ts_column,
-                                            job.interval.start, job.interval.end)
+                                            job.interval.start, end)
             written.update((name, table.num_rows) for name, table in tables)
     return written
+
+
+def _read_through(tables: list[tuple[str, Any]], ts_column: str, start: datetime) -> datetime:
+    """The end of what a job's per-snapshot rows cover: just after its newest snapshot (the
+    interval's start when it has none). A snapshot of the interval that landed after the job
+    listed the landing zone (a collect still writing at the hour's turn) is not among its
+    rows; the live run wrote that snapshot's rows, and replacing the whole interval would
+    delete them with nothing in their place. Snapshots land in the order they are taken, so
+    what the job read is every snapshot up to its newest."""
+    import pyarrow.compute as pc
+
+    newest = [pc.max(table[ts_column]).as_py() for _, table in tables if table.num_rows]
+    return max(newest) + timedelta(microseconds=1) if newest else start
 
 
 def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
