@@ -66,15 +66,19 @@ def kafka39(services_dir: Path) -> Iterator[KafkaCluster]:
 
 
 SASL_USERS = {"alice": "alice-s3cret-pw"}
+SCRAM_USERS = {"scram-bob": "bob-scr4m-s3cret"}
 
 
 @pytest.fixture(scope="module")
-def kafka_sasl(services_dir: Path) -> Iterator[KafkaCluster]:
-    """One broker with a SASL/PLAIN listener beside the plaintext one."""
+def kafka_secure(services_dir: Path) -> Iterator[KafkaCluster]:
+    """The one secured broker of a run (only test_security uses it): beside the plaintext
+    listener, SASL/PLAIN, SASL_SSL with SCRAM-SHA-256/512, SSL with client certificates and
+    a misnamed SSL listener, all with certificates from a throwaway CA."""
     yield from _running(KafkaCluster(
-        services_dir / unique("kafka-sasl"), base_port=free_port_block(1),
+        services_dir / unique("kafka-secure"), base_port=free_port_block(1),
         controller_base_port=free_port_block(1), sasl_users=SASL_USERS,
-        sasl_base_port=free_port_block(1)))
+        sasl_base_port=free_port_block(1), secure_base_port=free_port_block(3),
+        scram_users=SCRAM_USERS))
 
 
 @pytest.fixture(scope="session")

@@ -25,16 +25,16 @@ def _cli(bootstrap: str, password: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_sasl_credentials_pass_through(kafka_sasl: KafkaCluster) -> None:
-    result = _cli(kafka_sasl.sasl_bootstrap, PASSWORD)
+def test_sasl_credentials_pass_through(kafka_secure: KafkaCluster) -> None:
+    result = _cli(kafka_secure.sasl_bootstrap, PASSWORD)
     assert result.returncode == 0, result.stderr
     assert '"complete": true' in result.stdout
     assert PASSWORD not in result.stdout + result.stderr
 
 
-def test_bad_credentials_are_a_clear_error_without_the_secret(kafka_sasl: KafkaCluster) -> None:
+def test_bad_credentials_are_a_clear_error_without_the_secret(kafka_secure: KafkaCluster) -> None:
     wrong = "not-" + PASSWORD
-    result = _cli(kafka_sasl.sasl_bootstrap, wrong)
+    result = _cli(kafka_secure.sasl_bootstrap, wrong)
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -44,7 +44,7 @@ def test_bad_credentials_are_a_clear_error_without_the_secret(kafka_sasl: KafkaC
 
 
 def test_the_java_admin_path_connects_with_the_same_sasl_settings(
-        kafka_sasl: KafkaCluster) -> None:
+        kafka_secure: KafkaCluster) -> None:
     """Share and streams groups go through Kafka's Java Admin client: the connection's
     librdkafka SASL settings, mapped, authenticate it; a wrong password fails it clearly,
     without the password."""
@@ -53,7 +53,7 @@ def test_the_java_admin_path_connects_with_the_same_sasl_settings(
     from groupscope_dev.kafka import kafka_libs
 
     def client(password: str) -> dict[str, str]:
-        return {"bootstrap.servers": kafka_sasl.sasl_bootstrap,
+        return {"bootstrap.servers": kafka_secure.sasl_bootstrap,
                 "security.protocol": "sasl_plaintext", "sasl.mechanisms": "PLAIN",
                 "sasl.username": "alice", "sasl.password": password}
 
