@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from groupscope_dev import StackError
 from groupscope_dev.ports import LOOPBACK, require_free, wait_for_port
@@ -334,6 +335,7 @@ class KafkaCluster:
             AdminClient,
             ScramCredentialInfo,
             ScramMechanism,
+            UserScramCredentialAlteration,
             UserScramCredentialUpsertion,
         )
 
@@ -343,13 +345,14 @@ class KafkaCluster:
         for mechanism in SCRAM_MECHANISMS:
             info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")),
                                        SCRAM_ITERATIONS)
-            upserts = [UserScramCredentialUpsertion(user, info, password.encode())
-                       for user, password in self.scram_users.items()]
+            upserts: list[UserScramCredentialAlteration] = [
+                UserScramCredentialUpsertion(user, info, password.encode())
+                for user, password in self.scram_users.items()]
             for user, future in admin.alter_user_scram_credentials(upserts).items():
                 try:
                     future.result(timeout=30)
                 except Exception as exc:
-                    error = exc.args[0] if exc.args else None  # a KafkaError: no password
+                    error: Any = exc.args[0] if exc.args else None  # a KafkaError: no secret
                     reason = error.str() if hasattr(error, "str") else type(exc).__name__
                     raise StackError(f"could not create the SCRAM user {user!r} "
                                      f"({mechanism}): {reason}") from None

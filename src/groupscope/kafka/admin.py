@@ -107,13 +107,15 @@ class AdminConnection:
         """The cluster's metadata; raises librdkafka's error at once on a security failure,
         else once ``timeout_s`` has passed without an answer."""
         deadline = time.monotonic() + timeout_s
+        wait = 0.25  # a refusal is logged within milliseconds; a slow cluster gets longer
         while True:
             remaining = deadline - time.monotonic()
             try:
-                return self.admin.list_topics(timeout=max(0.1, min(1.0, remaining)))
+                return self.admin.list_topics(timeout=max(0.1, min(wait, remaining)))
             except Exception:
-                if remaining <= 1.0 or self.security_failure():
+                if remaining <= wait or self.security_failure():
                     raise
+            wait = min(2 * wait, 2.0)
 
 
 _SCRAM_OR_PLAIN = re.compile(r"invalid credentials|Authentication failed", re.IGNORECASE)
