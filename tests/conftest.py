@@ -14,10 +14,16 @@ from pathlib import Path
 import pytest
 from pytest_timeout import _get_item_settings
 
-from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
+from groupscope_dev.kafka import (
+    DEFAULT_KAFKA_VERSION,
+    DESCRIBE_ONLY_ACLS,
+    MONITOR_ACLS,
+    KafkaCluster,
+)
 from groupscope_dev.ports import free_port_block, free_ports
 from groupscope_dev.postgres import LocalPostgres
 from groupscope_dev.spark_connect import SparkConnectServer
+from groupscope_dev.tls import CLIENT_NAME
 
 KAFKA_39 = "3.9.2"
 
@@ -73,12 +79,17 @@ SCRAM_USERS = {"scram-bob": "bob-scr4m-s3cret"}
 def kafka_secure(services_dir: Path) -> Iterator[KafkaCluster]:
     """The one secured broker of a run (only test_security uses it): beside the plaintext
     listener, SASL/PLAIN, SASL_SSL with SCRAM-SHA-256/512, SSL with client certificates and
-    a misnamed SSL listener, all with certificates from a throwaway CA."""
+    a misnamed SSL listener, all with certificates from a throwaway CA. Its StandardAuthorizer
+    allows the SCRAM user and the client certificate's principal the documented ACLs only
+    (MONITOR_ACLS), and the PLAIN user the same without Read."""
     yield from _running(KafkaCluster(
         services_dir / unique("kafka-secure"), base_port=free_port_block(1),
         controller_base_port=free_port_block(1), sasl_users=SASL_USERS,
         sasl_base_port=free_port_block(1), secure_base_port=free_port_block(3),
-        scram_users=SCRAM_USERS))
+        scram_users=SCRAM_USERS, authorizer=True, grants={
+            **{f"User:{user}": MONITOR_ACLS for user in SCRAM_USERS},
+            f"User:CN={CLIENT_NAME}": MONITOR_ACLS,
+            **{f"User:{user}": DESCRIBE_ONLY_ACLS for user in SASL_USERS}}))
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,20 @@ CONTROLLER_PORT_OFFSET = 100
 SECURE_LISTENERS = (("SASL_SSL", "SASL_SSL"), ("SSL", "SSL"), ("MISNAMED", "SSL"))
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_ITERATIONS = 4096
+# The ACLs groupscope's principal needs (docs/security.md), as (resource type, name, pattern
+# type, operation): describe the cluster, every group and topic and the topics' retention;
+# read the offsets topic (the offsets ingest), and join the Spark offsets reader's
+# throwaway groups.
+MONITOR_ACLS = (
+    ("BROKER", "kafka-cluster", "LITERAL", "DESCRIBE"),
+    ("GROUP", "*", "LITERAL", "DESCRIBE"),
+    ("TOPIC", "*", "LITERAL", "DESCRIBE"),
+    ("TOPIC", "*", "LITERAL", "DESCRIBE_CONFIGS"),
+    ("TOPIC", "__consumer_offsets", "LITERAL", "READ"),
+    ("GROUP", "groupscope-", "PREFIXED", "READ"),
+)
+DESCRIBE_ONLY_ACLS = tuple(acl for acl in MONITOR_ACLS if acl[3] != "READ")
+Acl = tuple[str, str, str, str]
 
 
 def cache_dir() -> Path:
@@ -170,6 +184,10 @@ class KafkaCluster:
     # and the SCRAM users created on them through the Admin API.
     secure_base_port: int | None = None
     scram_users: dict[str, str] | None = None
+    # Kafka's StandardAuthorizer, with nothing allowed but to the plaintext listener's
+    # (anonymous) super user and these ACLs (principal -> ACLs), granted at start.
+    authorizer: bool = False
+    grants: dict[str, tuple[Acl, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -264,6 +282,8 @@ class KafkaCluster:
         self.wait_ready(timeout)
         if self.scram_users:
             self._create_scram_users()
+        if self.grants:
+            self._grant_acls()
 
     def stop(self) -> None:
         self._stop_nodes(self.node_ids(), hard=False)
@@ -328,6 +348,29 @@ class KafkaCluster:
         )
 
     # -- internals ---------------------------------------------------------------------
+    def _grant_acls(self) -> None:
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            AdminClient,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        bindings = [
+            AclBinding(ResourceType[kind], name, ResourcePatternType[pattern], principal, "*",
+                       AclOperation[operation], AclPermissionType.ALLOW)
+            for principal, acls in self.grants.items()
+            for kind, name, pattern, operation in acls
+        ]
+        for binding, future in admin.create_acls(bindings).items():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:
+                raise StackError(f"could not grant {binding}: {exc}") from None
+
     def _create_scram_users(self) -> None:
         """Every SCRAM user with both mechanisms, over the plaintext listener (an upsert: a
         restarted stack keeps its users)."""
@@ -430,6 +473,11 @@ class KafkaCluster:
             )
         if self.secure_base_port is not None:
             self._secure_listeners(node_id, config)
+        if self.authorizer:
+            config["authorizer.class.name"] = (
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+            config["super.users"] = "User:ANONYMOUS"  # the plaintext and controller listeners
+            config["allow.everyone.if.no.acl.found"] = "false"
         if self.version.startswith("3."):
             # KIP-848 is a preview in 3.9 and must be switched on to be tried at all.
             config["group.coordinator.rebalance.protocols"] = "classic,consumer"

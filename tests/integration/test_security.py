@@ -266,3 +266,18 @@ def test_turning_host_name_verification_off_is_loud(
     snapshot = take_snapshot(ClusterConfig("lab", client), 20, datetime.now(UTC))
     assert snapshot.complete
     assert "TLS host-name verification is OFF" in caplog.text
+
+
+def test_without_read_on_the_offsets_topic_only_the_ingest_stops_and_says_so(
+        kafka_secure: KafkaCluster, seeded: tuple[str, str], tmp_path: Path) -> None:
+    """The PLAIN user has the documented ACLs but Read: snapshots stay complete, the offsets
+    ingest names the missing ACL (the other principals, with all of them, run every path
+    in the tests above)."""
+    topic, group = seeded
+    client = {"bootstrap.servers": kafka_secure.sasl_bootstrap, **_plain(PASSWORD)}
+    snapshot = take_snapshot(ClusterConfig("it", client), 20, datetime.now(UTC))
+    _view(snapshot, topic, group)
+    with pytest.raises(ClusterUnavailable) as failed:
+        ingest_cluster(ClusterConfig("it", client), tmp_path, datetime.now(UTC), 20, 60)
+    assert "Read on topic __consumer_offsets" in str(failed.value), str(failed.value)
+    assert PASSWORD not in str(failed.value)
