@@ -75,9 +75,10 @@ SASL_USERS = {"alice": "alice-s3cret-pw"}
 SCRAM_USERS = {"scram-bob": "bob-scr4m-s3cret"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kafka_secure(services_dir: Path) -> Iterator[KafkaCluster]:
-    """The one secured broker of a run (only test_security uses it): beside the plaintext
+    """The one secured broker of a run (test_security, and test_spark_offsets_ingest, whose
+    Spark job reads over its SCRAM listener): beside the plaintext
     listener, SASL/PLAIN, SASL_SSL with SCRAM-SHA-256/512, SSL with client certificates and
     a misnamed SSL listener, all with certificates from a throwaway CA. Its StandardAuthorizer
     allows the SCRAM user and the client certificate's principal the documented ACLs only
