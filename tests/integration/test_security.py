@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 from conftest import SASL_USERS, SCRAM_USERS, unique
 from kafkautil import commit_offsets, create_topic, produce_counts
+from test_spark_offsets_ingest import _rows
 
 from groupscope.collect.collector import take_snapshot
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.contract.model import Snapshot
 from groupscope.kafka.admin import ClusterUnavailable
-from groupscope.offsets import store
-from groupscope.offsets.events import EVENT_SCHEMAS
 from groupscope.offsets.ingest import ingest_cluster
 from groupscope_dev.kafka import KafkaCluster
 
@@ -117,14 +116,6 @@ def _view(snapshot: Snapshot, topic: str, group: str) -> tuple[Any, ...]:
     return (groups,
             [p for p in snapshot.partitions if p.topic == topic],
             [t for t in snapshot.topics if t.topic == topic])
-
-
-def _rows(root: Path) -> dict[str, list[tuple[Any, ...]]]:
-    out = {}
-    for name in EVENT_SCHEMAS:
-        table = store.read_events(root, "it", name)
-        out[name] = sorted(tuple(map(repr, row.values())) for row in table.to_pylist())
-    return out
 
 
 def _ingest(client: dict[str, str], root: Path) -> dict[str, list[tuple[Any, ...]]]:
