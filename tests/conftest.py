@@ -73,6 +73,10 @@ def kafka39(services_dir: Path) -> Iterator[KafkaCluster]:
 
 SASL_USERS = {"alice": "alice-s3cret-pw"}
 SCRAM_USERS = {"scram-bob": "bob-scr4m-s3cret"}
+# The optional ACL of docs/security.md, on test_security's topics: Read on the watched topics,
+# for the exact time lag (the record sampler).
+SAMPLED_TOPICS = "sec-t"
+TIME_LAG_ACL = (("TOPIC", SAMPLED_TOPICS, "PREFIXED", "READ"),)
 
 
 @pytest.fixture(scope="session")
@@ -82,14 +86,15 @@ def kafka_secure(services_dir: Path) -> Iterator[KafkaCluster]:
     listener, SASL/PLAIN, SASL_SSL with SCRAM-SHA-256/512, SSL with client certificates and
     a misnamed SSL listener, all with certificates from a throwaway CA. Its StandardAuthorizer
     allows the SCRAM user and the client certificate's principal the documented ACLs only
-    (MONITOR_ACLS), and the PLAIN user the same without Read."""
+    (MONITOR_ACLS, and Read on the sampled topics), and the PLAIN user the same without
+    Read."""
     yield from _running(KafkaCluster(
         services_dir / unique("kafka-secure"), base_port=free_port_block(1),
         controller_base_port=free_port_block(1), sasl_users=SASL_USERS,
         sasl_base_port=free_port_block(1), secure_base_port=free_port_block(3),
         scram_users=SCRAM_USERS, authorizer=True, grants={
-            **{f"User:{user}": MONITOR_ACLS for user in SCRAM_USERS},
-            f"User:CN={CLIENT_NAME}": MONITOR_ACLS,
+            **{f"User:{user}": MONITOR_ACLS + TIME_LAG_ACL for user in SCRAM_USERS},
+            f"User:CN={CLIENT_NAME}": MONITOR_ACLS + TIME_LAG_ACL,
             **{f"User:{user}": DESCRIBE_ONLY_ACLS for user in SASL_USERS}}))
 
 

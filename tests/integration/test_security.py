@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SASL_USERS, SCRAM_USERS, unique
+from conftest import SAMPLED_TOPICS, SASL_USERS, SCRAM_USERS, unique
 from kafkautil import commit_offsets, create_topic, produce_counts
 from test_spark_offsets_ingest import _rows
 
@@ -102,7 +102,7 @@ def test_the_java_admin_path_connects_with_the_same_settings(kafka_secure: Kafka
 @pytest.fixture(scope="module")
 def seeded(kafka_secure: KafkaCluster) -> tuple[str, str]:
     """A topic with records and a group with committed offsets, made over plaintext."""
-    topic, group = unique("sec-t"), unique("sec-g")
+    topic, group = unique(SAMPLED_TOPICS), unique("sec-g")
     create_topic(kafka_secure.bootstrap, topic, 2)
     produce_counts(kafka_secure.bootstrap, topic, [30, 20])
     commit_offsets(kafka_secure.bootstrap, group, {(topic, 0): 10, (topic, 1): 20})
@@ -115,7 +115,9 @@ def _view(snapshot: Snapshot, topic: str, group: str) -> tuple[Any, ...]:
     assert groups and groups[0].offsets
     return (groups,
             [p for p in snapshot.partitions if p.topic == topic],
-            [t for t in snapshot.topics if t.topic == topic])
+            [t for t in snapshot.topics if t.topic == topic],
+            sorted((r for r in snapshot.record_timestamps if r.topic == topic),
+                   key=lambda r: r.partition))
 
 
 def _ingest(client: dict[str, str], root: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -132,8 +134,9 @@ def test_snapshot_and_offsets_ingest_equal_plaintext(
     plaintext = {"bootstrap.servers": kafka_secure.bootstrap}
     secured = kafka_secure.secure_client(mechanism)
     now = datetime.now(UTC)
-    assert _view(take_snapshot(ClusterConfig("it", secured), 20, now), topic, group) == \
-        _view(take_snapshot(ClusterConfig("it", plaintext), 20, now), topic, group)
+    view = _view(take_snapshot(ClusterConfig("it", secured), 20, now), topic, group)
+    assert view == _view(take_snapshot(ClusterConfig("it", plaintext), 20, now), topic, group)
+    assert view[3], "the record sampler read the record at the lagging committed offset"
     assert _ingest(secured, tmp_path / "secured") == _ingest(plaintext, tmp_path / "plain")
 
 
@@ -214,7 +217,7 @@ def test_without_read_on_the_offsets_topic_only_the_ingest_stops_and_says_so(
     topic, group = seeded
     client = {"bootstrap.servers": kafka_secure.sasl_bootstrap, **_plain(PASSWORD)}
     snapshot = take_snapshot(ClusterConfig("it", client), 20, datetime.now(UTC))
-    _view(snapshot, topic, group)  # complete, and the group's offsets are there
+    assert not _view(snapshot, topic, group)[3]  # complete, the group's offsets are there
     # The exact time lag reads the record at the committed offset: without Read on the topic,
     # an extra that fails visibly (the estimate stands in).
     assert {e.stage.value for e in snapshot.errors} == {"record_timestamps"}, snapshot.errors
