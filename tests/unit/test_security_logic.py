@@ -4,6 +4,8 @@ and the connection's settings mapped to Spark's Kafka source with its secrets re
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,6 +18,10 @@ SCRAM = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
 
 def _never() -> str:
     raise AssertionError("the broker is asked again only when its certificate failed")
+
+
+def _valid() -> None:
+    return None
 
 
 @pytest.mark.parametrize(("reason", "client", "verified", "expected"), [
@@ -43,8 +49,9 @@ def _never() -> str:
      "set security.protocol to SSL or SASL_SSL"),
 ])
 def test_security_failures_say_what_to_fix(reason: str, client: dict[str, str],
-                                           verified: object, expected: str) -> None:
-    explained = explain(reason, client, verified)
+                                           verified: Callable[[], str | None],
+                                           expected: str) -> None:
+    explained = explain(reason, client, verified, _valid)
     assert explained is not None and expected in explained
     assert "hunter2" not in explained
 
@@ -54,7 +61,14 @@ def test_security_failures_say_what_to_fix(reason: str, client: dict[str, str],
     ("Disconnected: connection closed by peer: receive 0 after POLLIN", SCRAM),  # TLS already
 ])
 def test_other_failures_are_not_blamed_on_security(reason: str, client: dict[str, str]) -> None:
-    assert explain(reason, client, _never) is None
+    assert explain(reason, client, _never, _valid) is None
+
+
+def test_an_expired_client_certificate_says_when() -> None:
+    explained = explain("Receive failed: ssl/tls alert certificate unknown", {}, _never,
+                        lambda: datetime(2026, 11, 25, 15, 1, tzinfo=UTC))
+    assert explained == ("TLS failed: the client certificate expired on 2026-11-25 15:01 UTC: "
+                         "renew it (ssl.certificate.location / ssl.certificate.pem)")
 
 
 def test_spark_options_are_the_java_clients_prefixed() -> None:

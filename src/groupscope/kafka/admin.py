@@ -11,13 +11,14 @@ instead of waiting out the timeout, and ``explain`` turns it into what to fix.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import re
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -84,9 +85,13 @@ class AdminConnection:
     def security_failure(self) -> str | None:
         """What to fix, if a connection failed on the security settings (which no retry
         cures), else None."""
+        def expired_on() -> datetime | None:
+            return _expired_on(self.client, datetime.now(UTC))
+
         for address, reason in reversed(self._reasons()):
-            explained = explain(reason, self.client, lambda a=address: _verify_message(
-                a, self.client))
+            explained = explain(reason, self.client,
+                                functools.partial(_verify_message, address, self.client),
+                                expired_on)
             if explained:
                 return explained
         return None
@@ -125,9 +130,11 @@ _REFUSED_CERT = re.compile(r"alert (certificate unknown|bad certificate|certific
 _PLAINTEXT_PROTOCOLS = ("", "plaintext", "sasl_plaintext")
 
 
-def explain(reason: str, client: Mapping[str, Any], verify_message: Any) -> str | None:
+def explain(reason: str, client: Mapping[str, Any], verify_message: Callable[[], str | None],
+            expired_on: Callable[[], datetime | None]) -> str | None:
     """One librdkafka connection failure, if it is the security settings' fault, as what to
-    fix; ``verify_message()`` asks the broker again why its certificate was not trusted."""
+    fix. ``verify_message()`` asks the broker again why its certificate was not trusted;
+    ``expired_on()`` is when the client certificate expired, if it has."""
     protocol = str(client.get("security.protocol", "")).lower()
     mechanism = str(client.get("sasl.mechanism") or client.get("sasl.mechanisms") or "PLAIN")
     if "SASL" in reason and _SCRAM_OR_PLAIN.search(reason):
@@ -149,8 +156,7 @@ def explain(reason: str, client: Mapping[str, Any], verify_message: Any) -> str 
                 f"trusts ({why}): point ssl.ca.location (or ssl.ca.pem) at the CA that "
                 "signed it")
     if refused := _REFUSED_CERT.search(reason):
-        expiry = _client_certificate_expiry(client)
-        if expiry is not None and expiry < datetime.now(UTC):
+        if (expiry := expired_on()) is not None:
             return (f"TLS failed: the client certificate expired on {expiry:%Y-%m-%d %H:%M} "
                     "UTC: renew it (ssl.certificate.location / ssl.certificate.pem)")
         return (f"TLS failed: the broker refused the client certificate ({refused.group(1)}):"
@@ -181,9 +187,9 @@ def _verify_message(address: str, client: Mapping[str, Any]) -> str | None:
         return None
 
 
-def _client_certificate_expiry(client: Mapping[str, Any]) -> datetime | None:
-    """When the client certificate expires, if it can be read (with ``cryptography``, which
-    Airflow installs; without it, None)."""
+def _expired_on(client: Mapping[str, Any], now: datetime) -> datetime | None:
+    """When the client certificate expired, if it has before ``now`` and can be read (with
+    ``cryptography``, which Airflow installs; without it, None)."""
     try:
         from cryptography import x509
     except ImportError:
@@ -196,9 +202,10 @@ def _client_certificate_expiry(client: Mapping[str, Any]) -> datetime | None:
         if pem is None:
             return None
         data = pem.encode() if isinstance(pem, str) else pem
-        return x509.load_pem_x509_certificate(data).not_valid_after_utc
+        expiry = x509.load_pem_x509_certificate(data).not_valid_after_utc
     except (OSError, ValueError):
         return None
+    return expiry if expiry < now else None
 
 
 def open_admin(cluster: ClusterConfig, timeout_s: float) -> AdminConnection:
