@@ -14,10 +14,16 @@ from pathlib import Path
 import pytest
 from pytest_timeout import _get_item_settings
 
-from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster
+from groupscope_dev.kafka import (
+    DEFAULT_KAFKA_VERSION,
+    DESCRIBE_ONLY_ACLS,
+    MONITOR_ACLS,
+    KafkaCluster,
+)
 from groupscope_dev.ports import free_port_block, free_ports
 from groupscope_dev.postgres import LocalPostgres
 from groupscope_dev.spark_connect import SparkConnectServer
+from groupscope_dev.tls import CLIENT_NAME
 
 KAFKA_39 = "3.9.2"
 
@@ -66,15 +72,30 @@ def kafka39(services_dir: Path) -> Iterator[KafkaCluster]:
 
 
 SASL_USERS = {"alice": "alice-s3cret-pw"}
+SCRAM_USERS = {"scram-bob": "bob-scr4m-s3cret"}
+# The optional ACL of docs/security.md, on test_security's topics: Read on the watched topics,
+# for the exact time lag (the record sampler).
+SAMPLED_TOPICS = "sec-t"
+TIME_LAG_ACL = (("TOPIC", SAMPLED_TOPICS, "PREFIXED", "READ"),)
 
 
-@pytest.fixture(scope="module")
-def kafka_sasl(services_dir: Path) -> Iterator[KafkaCluster]:
-    """One broker with a SASL/PLAIN listener beside the plaintext one."""
+@pytest.fixture(scope="session")
+def kafka_secure(services_dir: Path) -> Iterator[KafkaCluster]:
+    """The one secured broker of a run (test_security, and test_spark_offsets_ingest, whose
+    Spark job reads over its SCRAM listener): beside the plaintext
+    listener, SASL/PLAIN, SASL_SSL with SCRAM-SHA-256/512, SSL with client certificates and
+    a misnamed SSL listener, all with certificates from a throwaway CA. Its StandardAuthorizer
+    allows the SCRAM user and the client certificate's principal the documented ACLs only
+    (MONITOR_ACLS, and Read on the sampled topics), and the PLAIN user the same without
+    Read."""
     yield from _running(KafkaCluster(
-        services_dir / unique("kafka-sasl"), base_port=free_port_block(1),
+        services_dir / unique("kafka-secure"), base_port=free_port_block(1),
         controller_base_port=free_port_block(1), sasl_users=SASL_USERS,
-        sasl_base_port=free_port_block(1)))
+        sasl_base_port=free_port_block(1), secure_base_port=free_port_block(3),
+        scram_users=SCRAM_USERS, authorizer=True, grants={
+            **{f"User:{user}": MONITOR_ACLS + TIME_LAG_ACL for user in SCRAM_USERS},
+            f"User:CN={CLIENT_NAME}": MONITOR_ACLS + TIME_LAG_ACL,
+            **{f"User:{user}": DESCRIBE_ONLY_ACLS for user in SASL_USERS}}))
 
 
 @pytest.fixture(scope="session")

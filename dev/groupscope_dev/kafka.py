@@ -20,9 +20,11 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from groupscope_dev import StackError
 from groupscope_dev.ports import LOOPBACK, require_free, wait_for_port
+from groupscope_dev.tls import DevTLS
 
 # The newest 4.x release whose every artifact we need (the server and kafka-tools) is on Maven
 # Central. 4.4.0's kafka_2.13 was published on 2026-11-20 without kafka-tools; move the
@@ -31,6 +33,26 @@ DEFAULT_KAFKA_VERSION = "4.3.1"
 SUPPORTED_VERSION = re.compile(r"^(3\.9|4\.\d+)\.\d+$")
 DEFAULT_BROKER_PORT = 19092
 CONTROLLER_PORT_OFFSET = 100
+# The secured listeners, each a port per node from ``secure_base_port``: SASL_SSL offering
+# SCRAM-SHA-256 and SCRAM-SHA-512; SSL requiring a client certificate (mutual TLS); and SSL
+# with a certificate for another host name (to see host-name verification refuse it).
+SECURE_LISTENERS = (("SASL_SSL", "SASL_SSL"), ("SSL", "SSL"), ("MISNAMED", "SSL"))
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_ITERATIONS = 4096
+# The ACLs groupscope's principal needs (docs/security.md), as (resource type, name, pattern
+# type, operation): describe the cluster, every group and topic and the topics' retention;
+# read the offsets topic (the offsets ingest), and join the Spark offsets reader's
+# throwaway groups.
+MONITOR_ACLS = (
+    ("BROKER", "kafka-cluster", "LITERAL", "DESCRIBE"),
+    ("GROUP", "*", "LITERAL", "DESCRIBE"),
+    ("TOPIC", "*", "LITERAL", "DESCRIBE"),
+    ("TOPIC", "*", "LITERAL", "DESCRIBE_CONFIGS"),
+    ("TOPIC", "__consumer_offsets", "LITERAL", "READ"),
+    ("GROUP", "groupscope-", "PREFIXED", "READ"),
+)
+DESCRIBE_ONLY_ACLS = tuple(acl for acl in MONITOR_ACLS if acl[3] != "READ")
+Acl = tuple[str, str, str, str]
 
 
 def cache_dir() -> Path:
@@ -172,6 +194,14 @@ class KafkaCluster:
     # A second, SASL/PLAIN listener with these user -> password pairs (for security tests).
     sasl_users: dict[str, str] | None = None
     sasl_base_port: int | None = None
+    # The secured listeners (SECURE_LISTENERS), their CA and certificates in state_dir/tls,
+    # and the SCRAM users created on them through the Admin API.
+    secure_base_port: int | None = None
+    scram_users: dict[str, str] | None = None
+    # Kafka's StandardAuthorizer, with nothing allowed but to the plaintext listener's
+    # (anonymous) super user and these ACLs (principal -> ACLs), granted at start.
+    authorizer: bool = False
+    grants: dict[str, tuple[Acl, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -194,7 +224,40 @@ class KafkaCluster:
         ports = [self.broker_port(node_id), self.controller_port(node_id)]
         if self.sasl_users:
             ports.append(self.sasl_port(node_id))
+        if self.secure_base_port is not None:
+            ports += [self.secure_port(node_id, name) for name, _ in SECURE_LISTENERS]
         return ports
+
+    def secure_port(self, node_id: int, listener: str) -> int:
+        if self.secure_base_port is None:
+            raise StackError("this cluster has no secured listeners")
+        index = [name for name, _ in SECURE_LISTENERS].index(listener)
+        return self.secure_base_port + len(SECURE_LISTENERS) * (node_id - 1) + index
+
+    def secure_bootstrap(self, listener: str) -> str:
+        """The bootstrap servers of one secured listener: SASL_SSL, SSL or MISNAMED."""
+        return ",".join(f"{LOOPBACK}:{self.secure_port(n, listener)}" for n in self.node_ids())
+
+    @property
+    def tls(self) -> DevTLS:
+        return DevTLS(self.state_dir / "tls")
+
+    def secure_client(self, mechanism: str, user: str | None = None) -> dict[str, str]:
+        """librdkafka settings (a ``kafka`` connection's extra) for one secured listener:
+        ``SCRAM-SHA-256`` or ``SCRAM-SHA-512`` as ``user`` (the first SCRAM user by default),
+        or ``mTLS`` with the stack's client certificate."""
+        if mechanism == "mTLS":
+            return {"bootstrap.servers": self.secure_bootstrap("SSL"),
+                    "security.protocol": "SSL", "ssl.ca.location": str(self.tls.ca),
+                    "ssl.certificate.location": str(self.tls.client.cert),
+                    "ssl.key.location": str(self.tls.client.key)}
+        if mechanism not in SCRAM_MECHANISMS or not self.scram_users:
+            raise StackError(f"no {mechanism} listener on this cluster")
+        user = user or next(iter(self.scram_users))
+        return {"bootstrap.servers": self.secure_bootstrap("SASL_SSL"),
+                "security.protocol": "SASL_SSL", "sasl.mechanism": mechanism,
+                "sasl.username": user, "sasl.password": self.scram_users[user],
+                "ssl.ca.location": str(self.tls.ca)}
 
     def sasl_port(self, node_id: int) -> int:
         if self.sasl_base_port is None:
@@ -231,6 +294,10 @@ class KafkaCluster:
             if not self.node_running(node_id):
                 self._launch(java, libs, node_id)
         self.wait_ready(timeout)
+        if self.scram_users:
+            self._create_scram_users()
+        if self.grants:
+            self._grant_acls()
 
     def stop(self) -> None:
         self._stop_nodes(self.node_ids(), hard=False)
@@ -295,6 +362,58 @@ class KafkaCluster:
         )
 
     # -- internals ---------------------------------------------------------------------
+    def _grant_acls(self) -> None:
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            AdminClient,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        bindings = [
+            AclBinding(ResourceType[kind], name, ResourcePatternType[pattern], principal, "*",
+                       AclOperation[operation], AclPermissionType.ALLOW)
+            for principal, acls in self.grants.items()
+            for kind, name, pattern, operation in acls
+        ]
+        for binding, future in admin.create_acls(bindings).items():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:
+                raise StackError(f"could not grant {binding}: {exc}") from None
+
+    def _create_scram_users(self) -> None:
+        """Every SCRAM user with both mechanisms, over the plaintext listener (an upsert: a
+        restarted stack keeps its users)."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialAlteration,
+            UserScramCredentialUpsertion,
+        )
+
+        assert self.scram_users
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        # One request per mechanism: Kafka refuses a request that alters a user twice.
+        for mechanism in SCRAM_MECHANISMS:
+            info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")),
+                                       SCRAM_ITERATIONS)
+            upserts: list[UserScramCredentialAlteration] = [
+                UserScramCredentialUpsertion(user, info, password.encode())
+                for user, password in self.scram_users.items()]
+            for user, future in admin.alter_user_scram_credentials(upserts).items():
+                try:
+                    future.result(timeout=30)
+                except Exception as exc:
+                    error: Any = exc.args[0] if exc.args else None  # a KafkaError: no secret
+                    reason = error.str() if hasattr(error, "str") else type(exc).__name__
+                    raise StackError(f"could not create the SCRAM user {user!r} "
+                                     f"({mechanism}): {reason}") from None
+
     def _format(self, java: str, libs: Path) -> None:
         require_free(
             [p for n in self.node_ids() for p in self.node_ports(n)],
@@ -366,6 +485,13 @@ class KafkaCluster:
             config["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
             )
+        if self.secure_base_port is not None:
+            self._secure_listeners(node_id, config)
+        if self.authorizer:
+            config["authorizer.class.name"] = (
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+            config["super.users"] = "User:ANONYMOUS"  # the plaintext and controller listeners
+            config["allow.everyone.if.no.acl.found"] = "false"
         if self.version.startswith("3."):
             # KIP-848 is a preview in 3.9 and must be switched on to be tried at all.
             config["group.coordinator.rebalance.protocols"] = "classic,consumer"
@@ -381,6 +507,25 @@ class KafkaCluster:
         props = node_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         return props
+
+    def _secure_listeners(self, node_id: int, config: dict[str, str]) -> None:
+        tls = self.tls.create()
+        for name, protocol in SECURE_LISTENERS:
+            address = f"{name}://{LOOPBACK}:{self.secure_port(node_id, name)}"
+            config["listeners"] += f",{address}"
+            config["advertised.listeners"] += f",{address}"
+            config["listener.security.protocol.map"] += f",{name}:{protocol}"
+        config["ssl.keystore.type"] = "PEM"
+        config["ssl.keystore.location"] = str(tls.broker_keystore(tls.broker))
+        config["ssl.truststore.type"] = "PEM"
+        config["ssl.truststore.location"] = str(tls.ca)
+        config["listener.name.ssl.ssl.client.auth"] = "required"
+        config["listener.name.misnamed.ssl.keystore.location"] = str(
+            tls.broker_keystore(tls.misnamed_broker))
+        config["listener.name.sasl_ssl.sasl.enabled.mechanisms"] = ",".join(SCRAM_MECHANISMS)
+        for mechanism in SCRAM_MECHANISMS:
+            config[f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;")
 
     def _log_props(self, node_id: int) -> list[str]:
         node_dir = self.node_dir(node_id)

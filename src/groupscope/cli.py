@@ -223,6 +223,7 @@ def _grafana_common(args: argparse.Namespace) -> dict[str, Any]:
     settings = load_settings()
     rules = _rules(args.rules or (str(settings.alert_rules) if settings.alert_rules else None))
     host, port, database, sslmode = "warehouse", 5432, "groupscope", "disable"
+    sslrootcert = None
     url = reveal(settings.warehouse_url)
     if url:
         from sqlalchemy.engine import make_url
@@ -231,6 +232,8 @@ def _grafana_common(args: argparse.Namespace) -> dict[str, Any]:
         host, port = parsed.host or host, parsed.port or port
         database = parsed.database or database
         query_sslmode = parsed.query.get("sslmode")
+        query_rootcert = parsed.query.get("sslrootcert")
+        sslrootcert = query_rootcert if isinstance(query_rootcert, str) else None
         if isinstance(query_sslmode, str):
             # Grafana's datasource knows no libpq "prefer" or "allow": both may run without TLS.
             sslmode = ("disable" if query_sslmode in ("prefer", "allow") else query_sslmode)
@@ -239,7 +242,7 @@ def _grafana_common(args: argparse.Namespace) -> dict[str, Any]:
                            f"datasource takes ({', '.join(GRAFANA_SSLMODES)}): give --sslmode",
                            EXIT_USAGE)
     warehouse = Warehouse(args.db_host or host, args.db_port or port,
-                          args.database or database, args.sslmode or sslmode)
+                          args.database or database, args.sslmode or sslmode, sslrootcert)
     enabled = args.grafana_alerting or enabled_from_env(os.environ)
     try:
         from groupscope.serve.grafana.alerting import grafana_rules

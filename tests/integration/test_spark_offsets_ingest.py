@@ -1,34 +1,33 @@
 """The Spark path of the offsets-topic ingest (Spark's Kafka source from Maven Central, local
 mode) lands exactly what the plain path lands, and the two continue from each other's
-positions. On a broker of its own: the session's broker has other tests' groups, whose members
-expire and write to the offsets topic at any time (a run saw 16 of its partitions move
-between the two ingests)."""
+positions. Spark reads through the secured broker's SCRAM-SHA-512 listener (the plain path
+through its plaintext one): the connection's settings reach the job in a file, and no secret
+shows in ``ps`` while it runs, in its output or in its event log. Not on the session's main
+broker: it has other tests' groups, whose members expire and write to the offsets topic at any
+time (a run saw 16 of its partitions move between the two ingests); the secured broker's
+groups have no members."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from collections.abc import Iterator
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from conftest import _cluster, _running, unique
+from conftest import SCRAM_USERS, unique
 from kafkautil import commit_offsets, create_topic
 from test_offsets_topic import _ingest_all
 
 from groupscope.analyze import submit as sparksubmit
 from groupscope.offsets import store
 from groupscope.offsets.events import EVENT_SCHEMAS
-from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, spark_kafka_libs
+from groupscope_dev.kafka import KafkaCluster, spark_kafka_libs
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def kafka(services_dir: Path) -> Iterator[KafkaCluster]:
-    yield from _running(_cluster(services_dir, "spark-ingest", 1, DEFAULT_KAFKA_VERSION))
 
 
 def _commit(bootstrap: str, group: str, topic: str, times: int) -> None:
@@ -42,13 +41,42 @@ def _commit(bootstrap: str, group: str, topic: str, times: int) -> None:
     consumer.close()
 
 
-def _spark_ingest(bootstrap: str, root: Path) -> dict[str, Any]:
+def _sampled_ps(stop: threading.Event, seen: list[str]) -> None:
+    while not stop.is_set():
+        seen.append(subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True,
+                                   text=True).stdout)
+        stop.wait(0.5)
+
+
+def _spark_ingest(client: dict[str, str], root: Path, scratch: Path) -> dict[str, Any]:
+    """One spark-submit of the job over ``client`` (librdkafka settings); fails if a secret of
+    the client shows in ``ps`` while it runs, in its output or in its event log."""
+    client_file = scratch / "client.json"
+    client_file.write_text(json.dumps(client))
+    os.chmod(client_file, 0o600)
+    events = scratch / "events"
+    events.mkdir(exist_ok=True)
     argv = sparksubmit.command("offsets_ingest.py", [
-        "--bootstrap", bootstrap, "--cluster", "it", "--landing", str(root),
-        "--batch-records", "500"], jars=spark_kafka_libs())
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
-                          env=sparksubmit.environment())
+        "--bootstrap", client["bootstrap.servers"], "--cluster", "it", "--landing", str(root),
+        "--batch-records", "500", "--client-file", str(client_file)], jars=spark_kafka_libs(),
+        conf={"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+              "spark.eventLog.compress": "false"})
+    stop, seen = threading.Event(), []  # type: ignore[var-annotated]
+    sampler = threading.Thread(target=_sampled_ps, args=(stop, seen))
+    sampler.start()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                              env=sparksubmit.environment())
+    finally:
+        stop.set()
+        sampler.join()
     assert done.returncode == 0, done.stderr[-3000:]
+    event_log = "".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
+    assert "spark.redaction.regex" in event_log  # Spark's conf is dumped there ...
+    assert any("offsets_ingest.py" in snapshot for snapshot in seen)  # ... ps saw the job ...
+    for where, text in (("ps", "".join(seen)), ("stdout", done.stdout),
+                        ("stderr", done.stderr), ("event log", event_log)):
+        assert client["sasl.password"] not in text, f"the password in the {where}"  # ... no
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -61,8 +89,11 @@ def _rows(root: Path) -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
-def test_spark_and_plain_ingest_land_the_same_events(kafka: KafkaCluster, tmp_path: Path) -> None:
-    bootstrap = kafka.bootstrap
+def test_spark_and_plain_ingest_land_the_same_events(kafka_secure: KafkaCluster,
+                                                     tmp_path: Path) -> None:
+    bootstrap = kafka_secure.bootstrap
+    over_scram = kafka_secure.secure_client("SCRAM-SHA-512")
+    assert over_scram["sasl.password"] in SCRAM_USERS.values()
     topic = unique("spark-in")
     create_topic(bootstrap, topic, 1)
     _commit(bootstrap, unique("spark-g"), topic, 700)
@@ -70,7 +101,7 @@ def test_spark_and_plain_ingest_land_the_same_events(kafka: KafkaCluster, tmp_pa
     plain, mixed = tmp_path / "plain", tmp_path / "mixed"
     assert _ingest_all(bootstrap, mixed).complete  # the plain path first ...
     _commit(bootstrap, unique("spark-g"), topic, 300)
-    summary = _spark_ingest(bootstrap, mixed)  # ... then Spark continues from its positions
+    summary = _spark_ingest(over_scram, mixed, tmp_path)  # ... then Spark continues from them
     assert sum(sum(p["counts"].values()) for p in summary["landed"]) >= 300
     assert _ingest_all(bootstrap, plain).complete  # one plain run over everything
 
@@ -80,7 +111,7 @@ def test_spark_and_plain_ingest_land_the_same_events(kafka: KafkaCluster, tmp_pa
 
     # A rerun finds nothing new but the records of Spark's own throwaway reader group (its
     # offset reader joins a group on the driver, see groupscope.offsets.spark_ingest).
-    _spark_ingest(bootstrap, mixed)
+    _spark_ingest(over_scram, mixed, tmp_path)
     after = store.positions(mixed, "it")
     new_rows = [
         row for name in EVENT_SCHEMAS

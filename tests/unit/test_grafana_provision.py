@@ -142,7 +142,8 @@ def test_the_cli_writes_the_tree_from_the_settings(
                  "GROUPSCOPE_ALERT_WEBHOOK_URL", "GROUPSCOPE_SNAPSHOT_EVERY_S"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WAREHOUSE_URL",
-                       "postgresql://groupscope:owner-pw-5e2@pg.example:5433/gs?sslmode=require")
+                       "postgresql://groupscope:owner-pw-5e2@pg.example:5433/gs"
+                       "?sslmode=verify-full&sslrootcert=/etc/ssl/warehouse-ca.pem")
     monkeypatch.setenv("GROUPSCOPE_SNAPSHOT_EVERY_S", "30")
     monkeypatch.setenv("GROUPSCOPE_ALERT_WEBHOOK_URL", "https://hooks.example/cli-secret")
     code = main(["grafana", "provision", str(tmp_path / "prov"), "--grafana-alerting"])
@@ -151,7 +152,10 @@ def test_the_cli_writes_the_tree_from_the_settings(
     assert "alerting/groupscope.yaml" in output.out and "ON (unpaused)" in output.out
     (source,) = _yaml(tmp_path / "prov" / "datasources" / "groupscope.yaml")["datasources"]
     assert source["url"] == "pg.example:5433"
-    assert source["jsonData"]["database"] == "gs" and source["jsonData"]["sslmode"] == "require"
+    assert source["jsonData"]["database"] == "gs"
+    assert (source["jsonData"]["sslmode"], source["jsonData"]["tlsConfigurationMethod"],
+            source["jsonData"]["sslRootCertFile"]) == (
+        "verify-full", "file-path", "/etc/ssl/warehouse-ca.pem")
     alerting = _yaml(tmp_path / "prov" / "alerting" / "groupscope.yaml")
     assert alerting["groups"][0]["interval"] == "30s"
     assert not any(r["isPaused"] for r in alerting["groups"][0]["rules"])

@@ -530,6 +530,11 @@ def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetim
     ``settings`` default to CollectorSettings' with ``timeout_s`` as the request timeout. Raises
     ConfigError (bad client settings) or ClusterUnavailable."""
     connection = open_admin(cluster, timeout_s)
+    try:  # fails at once on wrong security settings, which librdkafka would retry until
+        connection.wait_for_metadata(timeout_s)  # the timeout
+    except Exception as exc:
+        raise ClusterUnavailable(unavailable_message(
+            cluster.name, failure_of(exc), connection.diagnosis())) from None
     chosen = settings or CollectorSettings(request_timeout_s=timeout_s)
     collector = Collector(connection.admin, cluster.name, chosen,
                           diagnose=connection.diagnosis,

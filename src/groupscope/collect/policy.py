@@ -90,6 +90,10 @@ def collection_error(
     )
 
 
+# How groupscope.kafka.admin's diagnosis starts when the security settings are at fault.
+SECURITY_FAILURES = ("authentication failed", "TLS failed", "the broker closed a plaintext")
+
+
 def unavailable_message(cluster: str, failure: Failure, detail: str | None) -> str:
     hints = {
         "_TRANSPORT": "no broker answered; check bootstrap.servers and the network",
@@ -101,8 +105,8 @@ def unavailable_message(cluster: str, failure: Failure, detail: str | None) -> s
         "TOPIC_AUTHORIZATION_FAILED": "not authorized to describe topics",
     }
     hint = hints.get(failure.code, failure.message)
-    if detail and detail.startswith("authentication failed"):
-        hint = detail  # a transport failure whose cause is the credentials
+    if detail and detail.startswith(SECURITY_FAILURES):
+        hint = detail  # a transport failure whose cause is the credentials or TLS
     elif detail:
         hint = f"{hint}: {detail}"
     return f"cluster {cluster!r} is unavailable: {hint} ({failure.code})"

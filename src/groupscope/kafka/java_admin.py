@@ -46,6 +46,7 @@ __all__ = [
     "KindListing",
     "java_client_properties",
     "resolve_classpath",
+    "spark_kafka_options",
 ]
 
 CLASSPATH_ENV = "GROUPSCOPE_KAFKA_JAVA_CLASSPATH"
@@ -100,6 +101,21 @@ def java_client_properties(client: Mapping[str, Any]) -> dict[str, str]:
             raise ConfigError(f"the connection setting {key!r} is not mapped to the Java Admin "
                               "client (share and streams groups)")
     return props
+
+
+def spark_kafka_options(client: Mapping[str, Any]) -> dict[str, str]:
+    """Spark's Kafka source options for the same connection: the Java client's properties,
+    ``kafka.``-prefixed. Secrets among them (the JAAS line, a PEM key) travel in the query
+    plan, never in Spark's conf or on a command line; SPARK_REDACTION masks them where Spark
+    shows options (UI, event log)."""
+    return {f"kafka.{k}": v for k, v in java_client_properties(client).items()}
+
+
+# Spark's redaction settings for a session whose Kafka options carry secrets: its defaults
+# (secret|password|token|access key) miss sasl.jaas.config and the PEM key and keystore.
+_REDACTED_OPTIONS = r"(?i)secret|password|token|access[.]?key|jaas|ssl[.]key|keystore"
+SPARK_REDACTION: dict[str, Any] = {"spark.redaction.regex": _REDACTED_OPTIONS,
+                   "spark.sql.redaction.options.regex": _REDACTED_OPTIONS + "|url"}
 
 
 def _tls(given: dict[str, str], props: dict[str, str]) -> None:

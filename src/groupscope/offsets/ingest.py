@@ -159,6 +159,11 @@ def ingest(consumer: Any, cluster: str, root: Path, ingest_ts: datetime,
     try:
         while open_partitions and clock() < deadline:
             for msg in consumer.consume(num_messages=5000, timeout=0.5):
+                if (error := msg.error()) is not None and \
+                        error.code() == error.TOPIC_AUTHORIZATION_FAILED:  # no retry cures it
+                    raise IngestUnavailable(
+                        f"cluster {cluster!r}: not authorized to read {OFFSETS_TOPIC}: grant "
+                        f"the principal Read on topic {OFFSETS_TOPIC}")
                 p = msg.partition()
                 if p not in progress or progress[p].done:
                     continue
@@ -331,7 +336,7 @@ def ingest_cluster(cluster: ClusterConfig, landing: Path, ingest_ts: datetime,
                       IngestSettings(batch_records, run_timeout_s, timeout_s),
                       topic_resolver(connection.admin, timeout_s), partitions)
     except IngestUnavailable as exc:
-        raise ClusterUnavailable(f"{exc} ({connection.diagnosis() or 'no reason given'})") \
-            from None
+        diagnosis = connection.diagnosis()
+        raise ClusterUnavailable(f"{exc} ({diagnosis})" if diagnosis else str(exc)) from None
     finally:
         consumer.close()

@@ -1,6 +1,9 @@
 """Offsets-topic ingest as a Spark batch job over Spark's Kafka source, for clusters whose
 ``__consumer_offsets`` is too large for one Python process.
 
+The connection's librdkafka settings reach the Kafka source mapped to the Java client's
+(``java_admin.spark_kafka_options``, the mapping the Java Admin client uses too).
+
 The driver plans (stored positions, start offsets, gaps, topic names); each task reads one
 offsets-topic partition's range through the Kafka source and lands it with the same decoder and
 ``BatchLander`` as the plain path, so both paths write identical batches and share positions.
@@ -21,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from groupscope.kafka.java_admin import spark_kafka_options
 from groupscope.offsets import store
 from groupscope.offsets.ingest import OFFSETS_TOPIC, BatchLander
 
@@ -80,15 +84,16 @@ def land_partition(the_plan: Plan, rows: Iterator[Any]) -> Iterator[dict[str, An
                "counts": dict(lander.counts)}
 
 
-def run(spark: Any, bootstrap_options: Mapping[str, str], the_plan: Plan) -> list[dict[str, Any]]:
-    """Reads every planned range through the Kafka source and lands it."""
+def run(spark: Any, client: Mapping[str, str], the_plan: Plan) -> list[dict[str, Any]]:
+    """Reads every planned range through the Kafka source (connected with ``client``, the
+    librdkafka settings) and lands it."""
     if not the_plan.starts:
         return []
     from pyspark.sql import functions as F
 
     frame = (
         spark.read.format("kafka")
-        .options(**{f"kafka.{k}": v for k, v in bootstrap_options.items()})
+        .options(**spark_kafka_options(client))
         .option("assign", json.dumps({OFFSETS_TOPIC: sorted(the_plan.starts)}))
         .option("startingOffsets", the_plan.starting_offsets())
         .option("endingOffsets", "latest")

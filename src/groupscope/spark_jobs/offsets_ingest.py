@@ -2,9 +2,11 @@
 written by either ingest path counts).
 
     spark-submit --jars <spark_kafka_libs> spark_jobs/offsets_ingest.py \
-        --bootstrap HOST:PORT --cluster NAME --landing DIR [--config KEY=VALUE ...]
+        --bootstrap HOST:PORT --cluster NAME --landing DIR [--client-file FILE]
 
-Prints one JSON line: what each offsets-topic partition landed.
+FILE is a JSON object of librdkafka settings (the ``kafka`` connection's extra: security
+protocol, SASL, TLS): secrets go there, readable by the job's user only, never on the command
+line, where ``ps`` shows them. Prints one JSON line: what each offsets-topic partition landed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--cluster", default="default")
     parser.add_argument("--landing", required=True)
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--client-file", metavar="FILE",
+                        help="JSON object of librdkafka settings (secrets go here)")
     parser.add_argument("--batch-records", type=int, default=200_000)
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
@@ -29,15 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from groupscope.contract.cluster import ClusterConfig
+    from groupscope.kafka.java_admin import SPARK_REDACTION
     from groupscope.offsets.ingest import read_watermarks
     from groupscope.offsets.spark_ingest import plan, run
 
-    cluster = ClusterConfig.from_cli(args.bootstrap, args.config, args.cluster)
+    settings = json.loads(Path(args.client_file).read_text()) if args.client_file else {}
+    cluster = ClusterConfig(args.cluster, {**settings, "bootstrap.servers": args.bootstrap})
     watermarks, topic_names = read_watermarks(cluster.client, args.timeout)
     the_plan = plan(cluster.name, Path(args.landing), datetime.now(UTC), args.batch_records,
                     watermarks, topic_names)
     spark = (SparkSession.builder.appName("groupscope-offsets-ingest")
              .config("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "true")
+             .config(map=dict(SPARK_REDACTION))
              .getOrCreate())
     try:
         landed = run(spark, dict(cluster.client), the_plan)

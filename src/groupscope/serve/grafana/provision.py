@@ -49,6 +49,9 @@ class Warehouse:
     port: int | str = 5432
     database: str = "groupscope"
     sslmode: str = "disable"
+    # The CA file that signed the warehouse's certificate, as Grafana's machine sees it
+    # (verify-ca / verify-full); None: Grafana's system CAs.
+    sslrootcert: str | None = None
 
     @property
     def url(self) -> str:
@@ -58,10 +61,12 @@ class Warehouse:
 def datasource(warehouse: Warehouse) -> dict[str, Any]:
     """The datasource's fields, in the shape both provisioning and the HTTP API take (the
     password apart)."""
+    tls = ({"tlsConfigurationMethod": "file-path", "sslRootCertFile": warehouse.sslrootcert}
+           if warehouse.sslrootcert else {})
     return {"uid": DATASOURCE_UID, "name": DATASOURCE_NAME, "type": DATASOURCE_TYPE,
             "access": "proxy", "url": warehouse.url, "user": READER_ROLE, "isDefault": False,
             "jsonData": {"database": warehouse.database, "sslmode": warehouse.sslmode,
-                         "timescaledb": False}}
+                         "timescaledb": False, **tls}}
 
 
 def _datasources_file(warehouse: Warehouse, password_env: str) -> dict[str, Any]:
