@@ -84,6 +84,25 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+class Producing(threading.Thread):
+    """Keeps appending records to every partition of a topic (a few per second each)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "log_level": 0})
+        self.topic, self.partitions = topic, partitions
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for partition in range(self.partitions):
+                self.producer.produce(self.topic, b"x", partition=partition)
+            self.producer.poll(0)
+            time.sleep(0.3)
+        self.producer.flush(10)
+
+
 class Member(threading.Thread):
     """A real group member in a thread: subscribes, and after each assignment commits
     ``commit_at[(topic, partition)]`` for the partitions it owns; polls until stopped."""

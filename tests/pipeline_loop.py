@@ -24,6 +24,7 @@ class Loop:
         self.channels, self.rules, self.ingest = channels, rules, ingest
         self.last: datetime | None = None
         self.snapshot_every = timedelta(seconds=30)
+        self.java_classpath = ""  # kafka-clients' jars: share and streams groups too
         self.summaries: list[dict[str, Any]] = []
         self.seconds: dict[str, list[float]] = {}
 
@@ -36,7 +37,8 @@ class Loop:
             self.seconds.setdefault(name, []).append(time.monotonic() - clock)
             clock = time.monotonic()
 
-        pipeline.collect(self.cluster, self.landing, now, 10.0)
+        pipeline.collect(self.cluster, self.landing, now, 10.0,
+                         java_classpath=self.java_classpath)
         step("collect")
         pipeline.check_and_load(self.url, self.landing, self.cluster.name, now)
         step("check and load")

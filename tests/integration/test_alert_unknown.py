@@ -39,17 +39,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import NewTopic
 from conftest import unique
-from kafkautil import admin, commit_offsets, produce_counts, wait_until
+from kafkautil import Producing, admin, commit_offsets, produce_counts, wait_until
 from pipeline_loop import Loop
 from sqlalchemy import text
 
@@ -74,25 +73,6 @@ channels:
 
 FAST = ("enable.auto.commit=true", "auto.commit.interval.ms=1000", "session.timeout.ms=6000",
         "heartbeat.interval.ms=1000")
-
-
-class Producing(threading.Thread):
-    """Keeps appending records to every partition of a topic (a few per second each)."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                                  "log_level": 0})
-        self.topic, self.partitions = topic, partitions
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            for partition in range(self.partitions):
-                self.producer.produce(self.topic, b"x", partition=partition)
-            self.producer.poll(0)
-            time.sleep(0.3)
-        self.producer.flush(10)
 
 
 @dataclass(frozen=True)

@@ -260,3 +260,48 @@ def test_records_already_lost_forecast_zero(spark: SparkSession) -> None:
     rows = mart(spark, [committed(0, 100)], [log(0, 1000, start=200)], topics=[topic(0)])
     assert (rows[0]["lag_beyond_retention"], rows[0]["loss_in_s"], rows[0]["loss_basis"]) == (
         True, 0.0, "lost")
+
+
+def share(ts: float, start: int | None, lag: int | None = None,
+          group: str = "queue") -> dict[str, Any]:
+    return {"cluster": "c", "snapshot_ts": at(ts), "group_id": group, "topic": "t",
+            "partition": 0, "start_offset": start, "lag": lag}
+
+
+def test_a_share_groups_lag_is_that_of_its_start_offset(spark: SparkSession) -> None:
+    # A share group commits nothing: its start offset stands for the committed offset. HW 0
+    # at t=0, 100 at t=100, 200 at t=200, start offset 149 at t=200: lag 51 from the start
+    # offset; the record at 149 (v = 150) was appended at t = 150, so it is 50 s old. The
+    # broker's own count (KIP-1226) is 30: some records above the start offset are
+    # acknowledged already. Its member comes from the share assignment, as for other kinds.
+    result = L.lag_mart(frame(spark, "committed_offsets", []),
+                        frame(spark, "partition_offsets", [log(0, 0), log(100, 100),
+                                                           log(200, 200)]),
+                        frame(spark, "member_assignments", [{
+                            "cluster": "c", "snapshot_ts": at(200), "group_id": "queue",
+                            "member_id": "m1", "kind": "current", "topic": "t",
+                            "partition": 0}]),
+                        frame(spark, "record_timestamps", []),
+                        share_offsets=frame(spark, "share_partition_offsets",
+                                            [share(100, 90, 10), share(200, 149, 30)]))
+    rows = sorted((r.asDict() for r in result.collect()), key=lambda r: r["snapshot_ts"])
+    last = rows[-1]
+    assert (last["committed_offset"], last["lag"], last["share_lag"], last["member_id"]) == (
+        149, 51, 30, "m1")
+    assert last["time_lag_kind"] == "interpolated"
+    assert last["time_lag_estimated_s"] == pytest.approx(50.0)
+    # The start offset moved 59 records in 100 s: the rates are those of any group.
+    assert last["consumption_rate"] == pytest.approx(0.59)
+
+
+def test_a_share_group_with_no_state_yet_has_an_unknown_lag(spark: SparkSession) -> None:
+    # No start offset (the group never read the partition): the lag is unknown, not 0.
+    result = L.lag_mart(frame(spark, "committed_offsets", [committed(0, 5)]),
+                        frame(spark, "partition_offsets", [log(0, 10)]),
+                        frame(spark, "member_assignments", []),
+                        frame(spark, "record_timestamps", []),
+                        share_offsets=frame(spark, "share_partition_offsets",
+                                            [share(0, None)]))
+    rows = {r["group_id"]: r for r in result.collect()}
+    assert (rows["queue"]["lag"], rows["queue"]["time_lag_kind"]) == (None, "unknown")
+    assert (rows["g"]["lag"], rows["g"]["share_lag"]) == (5, None)

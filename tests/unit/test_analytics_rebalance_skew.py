@@ -84,6 +84,68 @@ def test_static_member_restart_is_no_membership_change(spark: SparkSession) -> N
     assert events.count() == 0
 
 
+def kind_group(minute: float, group_id: str, group_type: str, members: int) -> dict[str, Any]:
+    return {**group(minute, "Stable", members, group_id, assignor=None),
+            "group_type": group_type}
+
+
+def test_share_group_member_churn_is_no_rebalance(spark: SparkSession) -> None:
+    # Share consumers come and go (b joins, a leaves): members share partitions, nothing is
+    # revoked from anyone, so no event; the same churn in a consumer group is two.
+    groups = [kind_group(m, g, kind, 1) for m in range(3)
+              for g, kind in (("queue", "share"), ("g", "consumer"))]
+    members = [member(m, mid, g) for g in ("queue", "g")
+               for m, mid in ((0, "a"), (1, "a"), (1, "b"), (2, "b"))]
+    events = R.estimated_events(frame(spark, "group_members", members),
+                                frame(spark, "consumer_groups", groups))
+    assert sorted((r["group_id"], r["cause"]) for r in events.collect()) == [
+        ("g", "joined"), ("g", "left")]
+
+
+def epoch(minute: float, assignment_epoch: int, group_id: str = "app") -> dict[str, Any]:
+    return {"cluster": "c", "snapshot_ts": at(minute), "group_id": group_id,
+            "group_epoch": assignment_epoch, "assignment_epoch": assignment_epoch,
+            "topology_epoch": 1}
+
+
+def task(minute: float, member_id: str, subtopology: str, partition: int,
+         kind: str = "target", role: str = "active") -> dict[str, Any]:
+    return {"cluster": "c", "snapshot_ts": at(minute), "group_id": "app", "member_id": member_id,
+            "kind": kind, "role": role, "subtopology_id": subtopology, "partition": partition}
+
+
+def test_streams_rebalances_are_assignment_epochs_with_their_task_moves(
+        spark: SparkSession) -> None:
+    # Minute 0: instance a owns the 4 tasks (epoch 3). Minute 1: b joined, epoch 4 moves
+    # 0_2 and 0_3 to it (a standby that appears is no move; a's current tasks lag behind
+    # the target, they are not the assignment). Minute 2: nothing changes, same epoch: no
+    # event. Minute 3: a left, epochs 5 and 6 passed since (two assignments at least:
+    # estimated), 0_0 and 0_1 moved to b.
+    groups = [kind_group(m, "app", "streams", n) for m, n in ((0, 1), (1, 2), (2, 2), (3, 1))]
+    members = [member(0, "a", "app"), member(1, "a", "app"), member(1, "b", "app"),
+               member(2, "a", "app"), member(2, "b", "app"), member(3, "b", "app")]
+    epochs = [epoch(0, 3), epoch(1, 4), epoch(2, 4), epoch(3, 6)]
+    tasks = [task(0, "a", "0", p) for p in range(4)]
+    for m in (1, 2):
+        tasks += [task(m, "a", "0", 0), task(m, "a", "0", 1), task(m, "b", "0", 2),
+                  task(m, "b", "0", 3), task(m, "a", "0", 2, role="standby"),
+                  *[task(m, "a", "0", p, kind="current") for p in range(4)]]
+    tasks += [task(3, "b", "0", p) for p in range(4)]
+    events = R.streams_events(frame(spark, "group_members", members),
+                              frame(spark, "consumer_groups", groups),
+                              frame(spark, "group_epochs", epochs),
+                              frame(spark, "streams_member_tasks", tasks)).orderBy("event_ts")
+    rows = [(r["event_ts"], r["generation"], r["estimated"], r["rebalance_type"], r["members"],
+             r["cause"], r["partitions_moved"]) for r in events.collect()]
+    assert rows == [(naive(1), 4, False, "streams", 2, "joined", 2),
+                    (naive(3), 6, True, "streams", 1, "left", 2)]
+    # The hourly mart counts them as streams-protocol rebalances, estimated (snapshots).
+    durations = R.state_durations(frame(spark, "consumer_groups", groups))
+    (hour,) = R.hourly(events, durations, R.known_groups(spark, [])).collect()
+    assert (hour["rebalances"], hour["streams_protocol"], hour["consumer_protocol"],
+            hour["partitions_moved"], hour["estimated"]) == (2, 2, 0, 4, True)
+
+
 def test_state_durations_cap_collection_gaps(spark: SparkSession) -> None:
     # Stable 10:00-10:01, rebalancing 10:01-10:02, Stable from 10:02 until a 30-minute gap
     # in collection (capped at 3 minutes), then Empty at 10:32 and 10:33 (the last snapshot

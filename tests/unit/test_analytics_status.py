@@ -17,6 +17,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     IntegerType,
     LongType,
@@ -253,13 +254,125 @@ def test_status_rules_table(spark: SparkSession) -> None:
     got = {n: (last[n]["status"], last[n]["rule"]) for n, *_ in CASES}
     want = {n: (status, rule) for n, _, _, status, rule in CASES}
     assert got == want
-    assert {rule for *_, rule in CASES} == {name for name, _ in RULES}  # every rule exercised
+    # Every rule exercised, by this table or the kinds' (KIND_CASES).
+    assert {rule for *_, rule in CASES} | {rule for *_, rule in KIND_CASES} \
+        == {name for name, _ in RULES}
     alarms = {n: [(r["snapshot_ts"], r["status"], r["reason"]) for r in series[n]
                   if r["status"] != "OK"] for n in NEVER_ALARM}
     assert alarms == {n: [] for n in NEVER_ALARM}
     assert {n: last[n]["reason"] for n in REASONS} == {
         n: last[n]["reason"] if text in last[n]["reason"] else f"... {text} ..."
         for n, text in REASONS.items()}
+
+
+# --- the kinds: share groups (KIP-932) and streams groups (KIP-1071) -----------------------------
+
+# One observation a minute: (committed (a share group's start offset), hw, members, state,
+# and for streams groups whether the partition's task has an active owner, else None).
+KindObs = tuple[int, int, int, str, bool | None]
+
+
+def frozen(minutes_: int, members: int, state: str, owned: bool | None = None,
+           hw_step: int = 10) -> list[KindObs]:
+    """An offset frozen at 100 for ``minutes_`` + 1 minutes, the log at 200 growing
+    ``hw_step`` records a minute."""
+    return [(100, 200 + hw_step * i, members, state, owned) for i in range(minutes_ + 1)]
+
+
+def caught_up(states: list[str], members: int = 2,
+              owned: bool | None = None) -> list[KindObs]:
+    """A group at the end of its log (lag 0), one state a minute."""
+    return [(100 * i, 100 * i, members, state, owned) for i, state in enumerate(states)]
+
+
+# (number, why, group type, observations, status and rule at the last one). The near misses
+# (a rule of another kind, or a condition short of its threshold) fail on a wrong branch.
+KIND_CASES: list[tuple[int, str, str, list[KindObs], str, str]] = [
+    (31, "a share group with no members while records arrive: a queue nobody reads, STOP at "
+         "once (members never seen, no threshold waited for)",
+     "share", frozen(2, 0, "Empty"), "STOP", "share_no_members"),
+    (32, "the same observations of a consumer group: never had members (commit-only), frozen "
+         "only 2 minutes: not yet anything",
+     "consumer", frozen(2, 0, "Empty"), "OK", "consuming"),
+    (33, "a share group with no members and nothing arriving (the log stands still): no news "
+         "yet",
+     "share", frozen(2, 0, "Empty", hw_step=0), "OK", "consuming"),
+    (34, "a share group with members whose start offset has not moved for 10 minutes while "
+         "its lag grows: the earliest record in flight is never acknowledged",
+     "share", frozen(10, 2, "Stable"), "STALL", "share_stalled"),
+    (35, "the same share group with its lag not growing (nothing arrives): stuck, but not on "
+         "arriving records: the general rule",
+     "share", frozen(10, 2, "Stable", hw_step=0), "STALL", "stalled"),
+    (36, "a consumer group frozen while its lag grows: the general rule, not the share one",
+     "consumer", frozen(10, 2, "Stable"), "STALL", "stalled"),
+    (37, "a streams group NotReady (an internal topic deleted), its lag 0: STOP all the same, "
+         "nothing will be processed",
+     "streams", caught_up(["Stable", "NotReady", "NotReady"]), "STOP", "streams_not_ready"),
+    (38, "a streams group in Assigning for 3 minutes: stuck",
+     "streams", caught_up(["Assigning"] * 4), "STALL", "streams_assigning_stuck"),
+    (39, "a streams group in Assigning for 1 minute, after Stable: a rebalance under way",
+     "streams", caught_up(["Stable", "Stable", "Stable", "Assigning", "Assigning"]),
+     "OK", "no_lag"),
+    (40, "a consumer group (KIP-848) in Assigning for 3 minutes: not a streams rule (its own "
+         "is the rebalance_stuck alert)",
+     "consumer", caught_up(["Assigning"] * 4), "OK", "no_lag"),
+    (41, "a streams group with members, behind on a partition whose task nobody owns as "
+         "active for 3 minutes",
+     "streams", frozen(3, 2, "Stable", owned=False), "STALL", "streams_task_unowned"),
+    (42, "the same partition with its task owned: frozen 3 minutes is below the 300 s floor",
+     "streams", frozen(3, 2, "Stable", owned=True), "OK", "consuming"),
+    (43, "a task unowned for the last minute only (revoked, not yet assigned): no alarm",
+     "streams", [(o[0], o[1], o[2], o[3], i < 3) for i, o in
+                 enumerate(frozen(4, 2, "Stable"))], "OK", "consuming"),
+]
+KIND_NEVER_ALARM = {32, 33, 39, 40, 42, 43}
+KIND_REASONS = {
+    31: "share group has no members while records arrive: high watermark 200 -> 220 in the "
+        "last 600 s; lag 120 from start offset 100",
+    34: "share group's start offset unchanged for 600 s (threshold 300 s: commit rhythm not "
+        "known yet",
+    37: "streams group NotReady: its topology cannot run (an internal or source topic is "
+        "missing), 2 member(s); lag 0",
+    38: "streams group in Assigning for 180 s (>= 120 s)",
+    41: "no member owns the task of this partition as active for 180 s, 2 member(s); lag 130",
+}
+KIND_GROUPS = StructType([*GROUPS.fields, StructField("group_type", StringType())])
+TASK_OWNERS = StructType([
+    StructField("cluster", StringType(), False), StructField("snapshot_ts", TimestampType()),
+    StructField("group_id", StringType()), StructField("topic", StringType()),
+    StructField("active_partitions", ArrayType(IntegerType()))])
+
+
+def test_kind_rules_table(spark: SparkSession) -> None:
+    lag_rows, group_rows, owner_rows = [], [], []
+    for number, _, kind, observations, _, _ in KIND_CASES:
+        group = f"kind-{number}"
+        for minute, (committed, hw, members, state, owned) in enumerate(observations):
+            ts = T0 + timedelta(minutes=minute)
+            lag_rows.append(("c", ts, group, "t", 0, committed, hw, hw - committed))
+            group_rows.append(("c", ts, group, state, members, True, kind))
+            if owned is not None:
+                owner_rows.append(("c", ts, group, "t", [0] if owned else []))
+    rows = partition_status(spark.createDataFrame(lag_rows, SCHEMA),
+                            spark.createDataFrame(group_rows, KIND_GROUPS),
+                            StatusSettings(),
+                            spark.createDataFrame(owner_rows, TASK_OWNERS)).collect()
+    series: dict[int, list[Any]] = {}
+    for row in sorted(rows, key=lambda r: r["snapshot_ts"]):
+        series.setdefault(int(row["group_id"].split("-")[1]), []).append(row)
+    last = {n: rows_[-1] for n, rows_ in series.items()}
+    assert {n: (last[n]["status"], last[n]["rule"]) for n, *_ in KIND_CASES} == {
+        n: (status, rule) for n, _, _, _, status, rule in KIND_CASES}
+    alarms = {n: [(r["snapshot_ts"], r["status"], r["reason"]) for r in series[n]
+                  if r["status"] != "OK"] for n in KIND_NEVER_ALARM}
+    assert alarms == {n: [] for n in KIND_NEVER_ALARM}
+    assert {n: last[n]["reason"] for n in KIND_REASONS} == {
+        n: last[n]["reason"] if text in last[n]["reason"] else f"... {text} ..."
+        for n, text in KIND_REASONS.items()}
+    # A share group with no members is STOP from its second snapshot (the first has no
+    # history to see records arrive in), not after a threshold.
+    assert [r["rule"] for r in series[31]] == ["too_little_history", "share_no_members",
+                                               "share_no_members"]
 
 
 def test_min_stop_s_raises_a_threshold_the_rhythm_sets_lower(spark: SparkSession) -> None:

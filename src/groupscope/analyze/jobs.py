@@ -90,6 +90,7 @@ PARTITION_LAG_COLUMNS = [
     "log_start_offset", "high_watermark", "last_stable_offset", "lag", "lag_beyond_retention",
     "production_rate", "consumption_rate", "catch_up_s", "time_lag_estimated_s",
     "time_lag_kind", "time_lag_exact_s", "lag_growth_rate", "loss_in_s", "loss_basis",
+    "share_lag",
 ]
 
 
@@ -101,7 +102,12 @@ def lag_frames(spark: Any, job: JobArgs, small: bool = False) -> list[tuple[str,
     interval (a live run's few snapshots) computes each once as a local relation
     (``io.local_relation``), so each mart is a query of a few operators over a few rows."""
     from groupscope.analyze.lag import lag_mart, rollups, within
-    from groupscope.analyze.status import StatusSettings, group_status, partition_status
+    from groupscope.analyze.status import (
+        StatusSettings,
+        group_status,
+        partition_status,
+        streams_task_owners,
+    )
 
     # Each snapshot looks back its windows (TIME_LAG_HISTORY, StatusSettings()): the values
     # of an interval's rows do not depend on the interval that computed them (reruns,
@@ -114,10 +120,15 @@ def lag_frames(spark: Any, job: JobArgs, small: bool = False) -> list[tuple[str,
                    _table(spark, job, "record_timestamps", start, end),
                    rate_window_s=int(RATE_WINDOW.total_seconds()),
                    history_s=TIME_LAG_HISTORY.total_seconds(),
-                   topics=_table(spark, job, "topics", start, end)).cache()
+                   topics=_table(spark, job, "topics", start, end),
+                   share_offsets=_table(spark, job, "share_partition_offsets", start,
+                                        end)).cache()
     in_interval = within(lag, job.interval.start, job.interval.end)
+    task_owners = streams_task_owners(
+        _table(spark, job, "streams_subtopology_topics", start, end),
+        _table(spark, job, "streams_member_tasks", start, end))
     statuses = within(partition_status(lag, _table(spark, job, "consumer_groups", start, end),
-                                       StatusSettings()),
+                                       StatusSettings(), task_owners),
                       job.interval.start, job.interval.end)
     if small:
         in_interval, statuses = local_relation(in_interval), local_relation(statuses)
@@ -138,6 +149,7 @@ def rebalance_events_frame(spark: Any, job: JobArgs) -> tuple[Any, Any]:
         exact_events,
         known_groups,
         rebalance_events,
+        streams_events,
     )
     from groupscope.offsets import store
     from groupscope.offsets.events import EVENT_SCHEMAS
@@ -150,9 +162,11 @@ def rebalance_events_frame(spark: Any, job: JobArgs) -> tuple[Any, Any]:
     known = known_groups(spark, [(job.cluster, t.group_id) for t in timelines])
     # One snapshot before the interval is enough to see the first change in it.
     start = job.interval.start - min(job.lookback, timedelta(hours=1))
-    estimated = within(estimated_events(
-        _table(spark, job, "group_members", start, job.interval.end),
-        _table(spark, job, "consumer_groups", start, job.interval.end)),
+    members = _table(spark, job, "group_members", start, job.interval.end)
+    groups = _table(spark, job, "consumer_groups", start, job.interval.end)
+    estimated = within(estimated_events(members, groups).unionByName(streams_events(
+        members, groups, _table(spark, job, "group_epochs", start, job.interval.end),
+        _table(spark, job, "streams_member_tasks", start, job.interval.end))),
         job.interval.start, job.interval.end, "event_ts")
     return rebalance_events(spark, exact, estimated, known), known
 

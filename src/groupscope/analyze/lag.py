@@ -31,6 +31,14 @@ Restarts of the collector only leave gaps between points; interpolation spans th
 Time lag, exact (``time_lag_exact_s``): snapshot time minus the timestamp of the record at the
 committed offset, where the collector sampled it (raw ``record_timestamps``).
 
+Share groups (KIP-932) commit no offsets: their start offset (the earliest offset still in
+flight; every record below it is acknowledged) stands in the committed offset's place
+(``with_share_positions``), so ``lag = high_watermark - start_offset`` (the records from the
+start offset on, some of them maybe acknowledged already) and the time lag is the age of the
+record at the start offset, estimated as above from the high-watermark history: it was
+appended when the high watermark passed the start offset. ``share_lag`` keeps KIP-1226's lag,
+the broker's own count of the records not acknowledged yet (Kafka 4.2+; at most ``lag``).
+
 Loss forecast (``loss_in_s``, ``loss_basis``): the seconds until retention deletes the record
 at the committed offset, at the current rates; 0 once it is lost (``lag_beyond_retention``,
 basis ``lost``). Null with basis ``none`` when nothing will be lost (nothing unread, a group
@@ -72,15 +80,33 @@ def _seconds(column: str) -> Column:
     return F.unix_micros(F.col(column)) / F.lit(1_000_000.0)
 
 
+def with_share_positions(committed: DataFrame, share_offsets: DataFrame) -> DataFrame:
+    """The committed offsets, plus each share group's start offset in their place, with
+    ``share_lag``: KIP-1226's lag, the broker's count of the records not acknowledged yet
+    (null for other kinds, and before Kafka 4.2). A share group commits no offsets; its start
+    offset is where it stands the way a committed offset is (every record below it is
+    acknowledged, some above it may be), so lag, rates, time lag, loss forecast and status are
+    those of its start offset, computed by the same transforms."""
+    keys = ["cluster", "snapshot_ts", "group_id", "topic", "partition"]
+    share = share_offsets.select(*keys, F.col("start_offset").alias("committed_offset"),
+                                 F.col("lag").alias("share_lag"))
+    return (committed.select(*keys, "committed_offset",
+                             F.lit(None).cast("long").alias("share_lag"))
+            .unionByName(share))
+
+
 def partition_lag(committed: DataFrame, partition_offsets: DataFrame,
                   assignments: DataFrame) -> DataFrame:
     """One row per snapshot and partition that a group committed or owns, with its member
-    (by current assignment), offsets and lag."""
+    (by current assignment), offsets and lag (and ``share_lag`` where ``committed`` has it:
+    ``with_share_positions``)."""
     keys = ["cluster", "snapshot_ts", "group_id", "topic", "partition"]
+    share_lag = [c for c in ("share_lag",) if c in committed.columns]
     # Everything downstream is keyed by the log partition (and more): partition by it once.
     owned = (assignments.where(F.col("kind") == "current").repartition(*LOG_PARTITION)
              .groupBy(*keys).agg(F.min("member_id").alias("member_id")))
-    rows = (committed.select(*keys, "committed_offset").repartition(*LOG_PARTITION)
+    rows = (committed.select(*keys, "committed_offset", *share_lag)
+            .repartition(*LOG_PARTITION)
             .join(owned, keys, "full_outer"))
     logs = partition_offsets.select("cluster", "snapshot_ts", "topic", "partition",
                                     "log_start_offset", "high_watermark", "last_stable_offset")
@@ -88,7 +114,7 @@ def partition_lag(committed: DataFrame, partition_offsets: DataFrame,
                      ["cluster", "snapshot_ts", "topic", "partition"], "left")
     return rows.select(
         *keys, "member_id", "committed_offset", "log_start_offset", "high_watermark",
-        "last_stable_offset",
+        "last_stable_offset", *share_lag,
         (F.col("high_watermark") - F.col("committed_offset")).alias("lag"),
         F.coalesce(F.col("committed_offset") < F.col("log_start_offset"), F.lit(False))
         .alias("lag_beyond_retention"),
@@ -351,10 +377,15 @@ def rollups(lag: DataFrame) -> dict[str, DataFrame]:
 
 def lag_mart(committed: DataFrame, partition_offsets: DataFrame, assignments: DataFrame,
              record_timestamps: DataFrame, rate_window_s: int = 300,
-             history_s: float = 3600.0, topics: DataFrame | None = None) -> DataFrame:
+             history_s: float = 3600.0, topics: DataFrame | None = None,
+             share_offsets: DataFrame | None = None) -> DataFrame:
     """The partition lag mart: lag, rates, estimated and exact time lag, loss forecast. The
     inputs cover the interval plus a lookback (the rates' window and the time-lag history);
-    the caller keeps the interval's rows with ``within``."""
+    the caller keeps the interval's rows with ``within``. ``share_offsets``: the landed
+    share_partition_offsets, whose groups get the rows of their start offsets
+    (``with_share_positions``)."""
+    if share_offsets is not None:
+        committed = with_share_positions(committed, share_offsets)
     frame = partition_lag(committed, partition_offsets, assignments)
     frame = with_rates(frame, rate_window_s)
     frame = estimated_time_lag(frame, partition_offsets, history_s)

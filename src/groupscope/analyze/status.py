@@ -6,12 +6,24 @@ The rules, first match wins (their names, order and statuses: ``groupscope.contr
 tests/unit/test_analytics_status.py has a numbered table of cases, each with its reason):
 
 1. ``rewind``   REWIND  the committed offset moved back within the last ``window_s``.
-2. ``no_lag``   OK      lag <= ``lag_tolerance`` (1): a consumer at the end of its log is fine,
+2. ``streams_not_ready`` STOP  a streams group in state NotReady: its topology cannot run (an
+                        internal or source topic is missing), so none of its partitions is
+                        processed, whatever its lag. A fact of the group, before ``no_lag``.
+3. ``streams_assigning_stuck`` STALL  a streams group in state Assigning at every snapshot for
+                        ``stuck_after_s`` (within ``history_s``): the broker computes a new
+                        target assignment within a heartbeat or two, one that lasts holds the
+                        group's processing up.
+4. ``no_lag``   OK      lag <= ``lag_tolerance`` (1): a consumer at the end of its log is fine,
                         however long ago it committed. Fixes Burrow's false alarms on idle
                         topics and on the permanent lag of 1 a transaction marker leaves.
-3. ``too_little_history`` OK  fewer than 2 observations within ``window_s``: no trend can be
+5. ``too_little_history`` OK  fewer than 2 observations within ``window_s``: no trend can be
                         judged yet (Burrow alarms on a single commit).
-4. ``group_empty`` STOP the group lost all its members (state Empty, or a described group with
+6. ``share_no_members`` STOP  a share group (whose start offset stands for the committed
+                        offset: ``analyze.lag``) with no members (described, 0 members) while
+                        records arrive (the high watermark rose within ``window_s``): a queue
+                        nobody reads. At once, members seen before or not: a share group has no
+                        commit-only use.
+7. ``group_empty`` STOP the group lost all its members (state Empty, or a described group with
                         0 members, after members were seen within ``history_s``) and the lag
                         grew since the last snapshot with members (or since the last advance of
                         the committed offset, if later): STOP at the first snapshot that shows
@@ -19,7 +31,7 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         within ``history_s`` (a commit-only group: Flink, Spark, tools using
                         assign()) is left to ``stopped``; a group whose describe failed (its
                         member count unknown) is not Empty.
-5. ``progress_stopped`` STOP  the whole group's progress stopped at once, before any
+8. ``progress_stopped`` STOP  the whole group's progress stopped at once, before any
                         session timeout empties it: this partition committed at every
                         snapshot of the ``window_s`` before its last commit (a steady rhythm,
                         at least ``steady_points`` snapshots), has not committed for
@@ -30,10 +42,21 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         shorter than ``halt_after_s`` (a rebalance, a GC pause) is no stop; a
                         committer slower than the snapshots (bursts, a timer) is not steady,
                         and waits for the thresholds below.
-6. ``stopped``  STOP    behind, the committed offset unchanged for the stop threshold, and the
+9. ``streams_task_unowned`` STALL  a streams group with members, behind on a partition whose
+                        task (the subtopology that reads the topic, at that partition) no
+                        member owns as active, at every snapshot for ``stuck_after_s``: the
+                        members are there, nobody processes it (between a revocation and the
+                        next assignment a task is briefly unowned: no alarm).
+10. ``stopped``  STOP    behind, the committed offset unchanged for the stop threshold, and the
                         group has no members: nobody is consuming.
-7. ``stalled``  STALL   the same, with members present: they are there but not progressing.
-8. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
+11. ``share_stalled`` STALL  a share group with members whose start offset has not moved for
+                        the stop threshold while its lag grew since its last move (or over
+                        ``window_s``): records arrive, the members acquire some, the earliest
+                        one in flight is never acknowledged (a record redelivered until its
+                        delivery limit, a member holding its acquisition locks).
+12. ``stalled``  STALL   behind, the committed offset unchanged for the stop threshold, with
+                        members present: they are there but not progressing.
+13. ``falling_behind`` WARN  committing, but the lag grew at every observation of ``window_s``
                         (at least ``min_trend_points`` observations), and it is more than
                         ``in_flight_intervals`` snapshot intervals' worth of production (the
                         records produced over the window, per interval): a consumer keeping
@@ -42,7 +65,11 @@ tests/unit/test_analytics_status.py has a numbered table of cases, each with its
                         1, 2, 3 over three snapshots is not falling behind). The guard is on
                         the lag's level, not its growth over the window, so a consumer only a
                         little slower than production is WARN too once its lag passes it.
-9. ``consuming`` OK     otherwise.
+14. ``consuming`` OK     otherwise.
+
+The group's kind (``group_type``: classic, consumer, share, streams) and, for streams
+groups, the tasks of their members (``streams_task_owners``) come with the group rows; rules
+2, 3, 6, 9 and 11 apply to their kind only, every other rule to every kind.
 
 The stop threshold follows the partition's own commit rhythm (Burrow's window of commits):
 
@@ -97,6 +124,9 @@ from groupscope.contract.status import (
 
 KEYS = ["cluster", "group_id", "topic", "partition"]
 EMPTY_STATE = "Empty"  # the coordinator's state of a group without members (classic and consumer)
+# Streams groups' states (KIP-1071), as Kafka's Admin client names them.
+NOT_READY_STATE = "NotReady"
+ASSIGNING_STATE = "Assigning"
 
 
 @dataclass(frozen=True)
@@ -118,6 +148,9 @@ class StatusSettings:
     # commit: always less than the silence, so such a pause never reaches it.
     halt_after_s: float = 15.0
     steady_points: int = 3  # the least snapshots of a steady rhythm (all of them advancing)
+    # A streams group in Assigning, or a task of it without an active owner, this long is stuck:
+    # the broker assigns within a heartbeat interval or two (5 s by default).
+    stuck_after_s: float = 120.0
 
 
 def _t(column: str) -> Column:
@@ -199,12 +232,28 @@ def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
                   "_first_even", "_first_odd", "_last_before"))
 
 
+def streams_task_owners(subtopology_topics: DataFrame, member_tasks: DataFrame) -> DataFrame:
+    """Per streams group, snapshot and topic its subtopologies read (source and repartition
+    source topics): ``active_partitions``, the partitions whose task a member owns as active
+    now (``kind`` current), empty when none. From the landed streams_subtopology_topics and
+    streams_member_tasks."""
+    at = ["cluster", "snapshot_ts", "group_id"]
+    sources = (subtopology_topics.where(F.col("role").isin("source", "repartition_source"))
+               .select(*at, "subtopology_id", "topic"))
+    active = (member_tasks.where((F.col("kind") == "current") & (F.col("role") == "active"))
+              .select(*at, "subtopology_id", "partition"))
+    return (sources.join(active, [*at, "subtopology_id"], "left")
+            .groupBy(*at, "topic").agg(F.collect_set("partition").alias("active_partitions")))
+
+
 def partition_status(lag: DataFrame, groups: DataFrame,
-                     settings: StatusSettings = StatusSettings()) -> DataFrame:
+                     settings: StatusSettings = StatusSettings(),
+                     task_owners: DataFrame | None = None) -> DataFrame:
     """``lag``: partition lag rows (cluster, snapshot_ts, group_id, topic, partition,
     committed_offset, high_watermark, lag); ``groups``: consumer_groups rows (state,
-    member_count, and ``described`` where present). One status per partition row with a
-    committed offset."""
+    member_count, and ``described`` and ``group_type`` where present); ``task_owners``: the
+    streams groups' tasks (``streams_task_owners``), None where there are none. One status per
+    partition row with a committed offset (a share group's start offset)."""
     micros = 1_000_000
     history = Window.partitionBy(*KEYS).orderBy("_us")
     window = history.rangeBetween(-int(settings.window_s * micros), 0)
@@ -213,8 +262,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     before = history.rowsBetween(Window.unboundedPreceding, -1)
 
     group_columns = ["state", "member_count"]
-    if "described" in groups.columns:
-        group_columns.append("described")
+    group_columns += [c for c in ("described", "group_type") if c in groups.columns]
     # Only what the rules read: every window below buffers and copies whole rows.
     frame = (lag.select(*KEYS, "snapshot_ts", "committed_offset", "high_watermark", "lag")
              .where(F.col("committed_offset").isNotNull())
@@ -223,6 +271,23 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                                              *group_columns)),
                    ["cluster", "snapshot_ts", "group_id"], "left")
              .withColumns({"_us": F.unix_micros("snapshot_ts"), "_t": _t("snapshot_ts")}))
+    if task_owners is None:
+        frame = frame.withColumn("active_partitions", F.lit(None).cast("array<int>"))
+    else:
+        frame = frame.join(F.broadcast(task_owners.select(
+            "cluster", "snapshot_ts", "group_id", "topic", "active_partitions")),
+            ["cluster", "snapshot_ts", "group_id", "topic"], "left")
+    kind = F.coalesce(F.col("group_type"), F.lit("")) if "group_type" in groups.columns \
+        else F.lit("")
+    share, streams = kind == "share", kind == "streams"
+    state = F.coalesce(F.col("state"), F.lit(""))
+    assigning = streams & (state == ASSIGNING_STATE)
+    # A partition a streams group reads whose task no member owns as active (while it has
+    # members: an empty group owns nothing, and other rules say so).
+    unowned = F.coalesce(streams & (F.col("member_count") > 0)
+                         & ~F.array_contains("active_partitions", F.col("partition")),
+                         F.lit(False))
+    frame = frame.withColumns({"_assigning": assigning, "_unowned": unowned})
     # A partition whose high watermark could not be read (its leader down: the partition is
     # offline, so nothing can be appended to it either) keeps the last one read within the
     # history, as Burrow keeps its last broker offset: an unknown lag would otherwise be no
@@ -237,6 +302,8 @@ def partition_status(lag: DataFrame, groups: DataFrame,
              .withColumns({
                  "_hw_read": F.when(hw_read["t"] >= F.col("_t") - settings.history_s, hw_read),
                  "_prev_t": F.lag("_t").over(history),
+                 "_was_assigning": F.lag("_assigning").over(history),
+                 "_was_unowned": F.lag("_unowned").over(history),
                  "_d_committed": F.col("committed_offset")
                  - F.lag("committed_offset").over(history)})
              .withColumns({
@@ -264,7 +331,12 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                      F.col("_t").alias("t"), F.col("_prev_t").alias("from_t"),
                      F.col("lag").alias("lag"))),
                  "_with_members": F.when(F.col("member_count") > 0, F.struct(
-                     F.col("_t").alias("t"), F.col("lag").alias("lag")))})
+                     F.col("_t").alias("t"), F.col("lag").alias("lag"))),
+                 # Where a run of Assigning (of an unowned task) starts.
+                 "_assigning_start": F.when(F.col("_assigning") & ~F.coalesce(
+                     F.col("_was_assigning"), F.lit(False)), F.col("_t")),
+                 "_unowned_start": F.when(F.col("_unowned") & ~F.coalesce(
+                     F.col("_was_unowned"), F.lit(False)), F.col("_t"))})
              .withColumns({
                  "_last_adv": F.when(last_advance["t"] >= horizon, last_advance),
                  "_members_seen": F.when(last_with_members["t"] >= horizon, last_with_members),
@@ -281,6 +353,13 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                  # read).
                  "_last_advance": F.greatest(F.col("_last_adv")["t"],
                                              F.min("_t").over(in_history)),
+                 # Since the run began, or since the first snapshot in the history.
+                 "_assigning_since": F.greatest(
+                     F.last("_assigning_start", ignorenulls=True).over(upto),
+                     F.min("_t").over(in_history)),
+                 "_unowned_since": F.greatest(
+                     F.last("_unowned_start", ignorenulls=True).over(upto),
+                     F.min("_t").over(in_history)),
                  "_steady": F.when(advanced, (F.col("_skips") == 0) & (
                      F.count("_d_committed").over(window) >= settings.steady_points))})
              .withColumn("_steady_last", F.last("_steady", ignorenulls=True).over(upto))
@@ -327,15 +406,27 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                      (since_advance < settings.halt_after_s).cast("int")).over(at_snapshot),
                  "_group_partitions": F.count("*").over(at_snapshot)})
              .withColumn("_group_halted", F.sum(F.col("_halted").cast("int")).over(at_snapshot)))
+    assigning_for = F.col("_t") - F.col("_assigning_since")
+    unowned_for = F.col("_t") - F.col("_unowned_since")
+    share_anchor_lag = F.coalesce(F.col("_last_adv")["lag"], F.col("_lag_first"))
     conditions: dict[Rule, Column] = {
         Rule.REWIND: F.coalesce(F.col("_rewound"), F.lit(False)),
+        Rule.STREAMS_NOT_READY: streams & (state == NOT_READY_STATE),
+        Rule.STREAMS_ASSIGNING_STUCK: F.col("_assigning")
+        & (assigning_for >= settings.stuck_after_s),
         Rule.NO_LAG: ~F.coalesce(behind, F.lit(True)),
         Rule.TOO_LITTLE_HISTORY: F.col("_n") < 2,
+        Rule.SHARE_NO_MEMBERS: F.coalesce(
+            share & described & (members == 0)
+            & (F.col("high_watermark") > F.col("_hw_first")), F.lit(False)),
         Rule.GROUP_EMPTY: F.coalesce(empty & F.col("_members_seen").isNotNull()
                                      & (F.col("lag") > anchor_lag), F.lit(False)),
         Rule.PROGRESS_STOPPED: F.col("_halted")
         & (F.coalesce(F.col("_group_moving"), F.lit(0)) == 0),
+        Rule.STREAMS_TASK_UNOWNED: F.col("_unowned") & (unowned_for >= settings.stuck_after_s),
         Rule.STOPPED: behind & not_moving & (members == 0),
+        Rule.SHARE_STALLED: F.coalesce(share & behind & not_moving & (members > 0)
+                                       & (F.col("lag") > share_anchor_lag), F.lit(False)),
         Rule.STALLED: behind & not_moving & (members > 0),
         Rule.FALLING_BEHIND: behind & (F.col("_n") >= settings.min_trend_points)
         & (F.col("committed_offset") > F.col("_committed_first"))
@@ -354,6 +445,25 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     reason = (
         F.when(applied == Rule.REWIND.value, F.format_string(
             "committed offset moved back in the last %d observations", F.col("_n")))
+        .when(applied == Rule.STREAMS_NOT_READY.value, F.format_string(
+            "streams group NotReady: its topology cannot run (an internal or source topic is "
+            "missing), %d member(s); lag %s", members,
+            F.coalesce(F.col("lag").cast("string"), F.lit("unknown"))))
+        .when(applied == Rule.STREAMS_ASSIGNING_STUCK.value, F.format_string(
+            f"streams group in Assigning for %.0f s (>= {settings.stuck_after_s:.0f} s): no new "
+            "target assignment reached its members, %d member(s)", assigning_for, members))
+        .when(applied == Rule.SHARE_NO_MEMBERS.value, F.format_string(
+            f"share group has no members while records arrive: high watermark %d -> %d in the "
+            f"last {settings.window_s:.0f} s; lag %d from start offset %d",
+            F.col("_hw_first"), F.col("high_watermark"), F.col("lag"),
+            F.col("committed_offset")))
+        .when(applied == Rule.STREAMS_TASK_UNOWNED.value, F.format_string(
+            "no member owns the task of this partition as active for %.0f s, %d member(s); "
+            "lag %d", unowned_for, members, F.col("lag")))
+        .when(applied == Rule.SHARE_STALLED.value, F.format_string(
+            "share group's start offset unchanged for %.0f s (%s) while its lag grew from %d to "
+            "%d, %d member(s): the earliest record in flight is not acknowledged",
+            since_advance, threshold_text, share_anchor_lag, F.col("lag"), members))
         .when(applied == Rule.NO_LAG.value, F.format_string(
             f"lag %d <= {settings.lag_tolerance}: caught up", F.col("lag")))
         .when(applied == Rule.TOO_LITTLE_HISTORY.value, F.lit(

@@ -38,11 +38,16 @@ class Rule(StrEnum):
     wins). What each one tests: ``groupscope.analyze.status``."""
 
     REWIND = "rewind"
+    STREAMS_NOT_READY = "streams_not_ready"
+    STREAMS_ASSIGNING_STUCK = "streams_assigning_stuck"
     NO_LAG = "no_lag"
     TOO_LITTLE_HISTORY = "too_little_history"
+    SHARE_NO_MEMBERS = "share_no_members"
     GROUP_EMPTY = "group_empty"
     PROGRESS_STOPPED = "progress_stopped"
+    STREAMS_TASK_UNOWNED = "streams_task_unowned"
     STOPPED = "stopped"
+    SHARE_STALLED = "share_stalled"
     STALLED = "stalled"
     FALLING_BEHIND = "falling_behind"
     CONSUMING = "consuming"
@@ -51,11 +56,16 @@ class Rule(StrEnum):
 # (rule, the status it gives), in the order the rules are tried.
 RULES: tuple[tuple[Rule, PartitionStatus], ...] = (
     (Rule.REWIND, PartitionStatus.REWIND),
+    (Rule.STREAMS_NOT_READY, PartitionStatus.STOP),
+    (Rule.STREAMS_ASSIGNING_STUCK, PartitionStatus.STALL),
     (Rule.NO_LAG, PartitionStatus.OK),
     (Rule.TOO_LITTLE_HISTORY, PartitionStatus.OK),
+    (Rule.SHARE_NO_MEMBERS, PartitionStatus.STOP),
     (Rule.GROUP_EMPTY, PartitionStatus.STOP),
     (Rule.PROGRESS_STOPPED, PartitionStatus.STOP),
+    (Rule.STREAMS_TASK_UNOWNED, PartitionStatus.STALL),
     (Rule.STOPPED, PartitionStatus.STOP),
+    (Rule.SHARE_STALLED, PartitionStatus.STALL),
     (Rule.STALLED, PartitionStatus.STALL),
     (Rule.FALLING_BEHIND, PartitionStatus.WARN),
     (Rule.CONSUMING, PartitionStatus.OK),
