@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from groupscope_dev import importable_env
+from groupscope_dev import StackError, importable_env
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, kafka_libs, require_java, streams_libs
 from groupscope_dev.kinds import (
     WORD_COUNT_INPUT,
     WORD_COUNT_OUTPUT,
@@ -371,6 +372,11 @@ class Demo:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.kinds and (missing := _kinds_missing()):
+            # e.g. the compose stack's demo container: a JRE, but no Maven to fetch the jars
+            log.warning("the demo leaves out its share group and Streams application: %s",
+                        missing)
+            self.kinds = False
         create_topics(self.bootstrap,
                       {**TOPICS, WORD_COUNT_OUTPUT: TOPICS[WORD_COUNT_INPUT]} if self.kinds
                       else TOPICS)
@@ -526,6 +532,18 @@ class Demo:
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**importable_env(os.environ), "PYTHONUNBUFFERED": "1"},
         )
+
+
+def _kinds_missing() -> str | None:
+    """Why the share consumers and Streams instances cannot start here (a JVM and the Kafka
+    and Kafka Streams jars, fetched with Maven on first use), or None."""
+    try:
+        require_java()
+        kafka_libs(DEFAULT_KAFKA_VERSION)
+        streams_libs(DEFAULT_KAFKA_VERSION)
+    except StackError as exc:
+        return str(exc)
+    return None
 
 
 def _spec(group_id: str) -> GroupSpec:
