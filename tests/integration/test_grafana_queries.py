@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import unique
-from kafkautil import commit_offsets, create_topic, wait_until
+from kafkautil import commit_offsets, create_topic, create_word_count_topics, wait_until
 from psycopg import errors
 
 from groupscope import pipeline, warehouse
@@ -41,7 +41,6 @@ from groupscope.serve.grafana.macros import expand
 from groupscope_dev.kafka import KafkaCluster, kafka_libs
 from groupscope_dev.kinds import (
     WORD_COUNT_INPUT,
-    WORD_COUNT_OUTPUT,
     JavaProcesses,
     share_consumer,
     streams_instance,
@@ -183,12 +182,7 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
     orders, single = unique("gq-orders"), unique("gq-single")
     create_topic(bootstrap, orders, 2)
     create_topic(bootstrap, single, 1)
-    for name in (WORD_COUNT_INPUT, WORD_COUNT_OUTPUT):
-        try:
-            create_topic(bootstrap, name, 2)
-        except Exception as exc:  # another module of the run made it already
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
+    create_word_count_topics(bootstrap)
     topics = {orders: 2, single: 1, WORD_COUNT_INPUT: 2}
     # The new kinds first: their JVMs start while the rest is set up.
     streams_app = unique("gq-wordcount")
