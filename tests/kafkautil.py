@@ -35,6 +35,19 @@ def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 
                f"topic {name} to appear")
 
 
+def create_word_count_topics(bootstrap: str, partitions: int = 2) -> None:
+    """WordCountDemo's input and output topics (groupscope_dev.kinds), which its applications
+    need: fixed names, so the first module of a run makes them and the others reuse them."""
+    from groupscope_dev.kinds import WORD_COUNT_INPUT, WORD_COUNT_OUTPUT
+
+    for name in (WORD_COUNT_INPUT, WORD_COUNT_OUTPUT):
+        try:
+            create_topic(bootstrap, name, partitions)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+
+
 def produce_counts(bootstrap: str, topic: str, counts: Iterable[int]) -> list[int]:
     """Produces exactly counts[p] records to partition p; returns the counts."""
     counts = list(counts)

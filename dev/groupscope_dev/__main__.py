@@ -356,10 +356,13 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             if args.demo == "story":
                 demo = Demo(env["KAFKA_BOOTSTRAP"], stack.state_dir / "demo",
                             kip848=not args.kafka_version.startswith("3."),
+                            kinds=_has_new_kinds(args.kafka_version),
                             time_scale=1.0 / args.demo_speed)
-                say("step 2/4: the demo workload: a producer and eight consumer groups (range, "
+                say("step 2/4: the demo workload: a producer and ten consumer groups (range, "
                     "roundrobin, cooperative-sticky, static, KIP-848, a slow one, assign-only, "
-                    "empty)")
+                    "empty, a surging one, a stuck one)"
+                    + (", a share group (a queue) and a Kafka Streams application"
+                       if demo.kinds else ""))
                 cleanup.callback(_stop_demo, demo)
                 demo.start()
             else:
@@ -699,7 +702,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from groupscope_dev.demo import TIMELINE, Demo
 
     demo = Demo(args.bootstrap, Path(args.log_dir), kip848=not args.no_kip848,
-                time_scale=1.0 / args.speed, timeline=() if args.no_timeline else TIMELINE)
+                kinds=not args.no_kinds, time_scale=1.0 / args.speed,
+                timeline=() if args.no_timeline else TIMELINE)
     demo.start()
     demo.start_timeline()
     print(f"demo workload running against {args.bootstrap}; logs in {args.log_dir}. "
@@ -716,6 +720,12 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         demo.stop()
     return 0
+
+
+def _has_new_kinds(kafka_version: str) -> bool:
+    """Share groups (KIP-932) and streams groups (KIP-1071) are on by default from Kafka 4.2."""
+    major, minor = (int(part) for part in kafka_version.split(".")[:2])
+    return (major, minor) >= (4, 2)
 
 
 def _positive(text: str) -> float:
@@ -830,6 +840,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="only the healthy workload: no scripted incident")
     demo.add_argument("--no-kip848", action="store_true",
                       help="leave out the group.protocol=consumer group (Kafka < 4.0)")
+    demo.add_argument("--no-kinds", action="store_true",
+                      help="leave out the share group and the Kafka Streams application "
+                           "(Kafka < 4.2)")
     return parser
 
 

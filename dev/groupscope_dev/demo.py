@@ -1,5 +1,6 @@
-"""The demo workload: a producer, one consumer group of every kind an operator meets, and a
-timeline of scripted incidents, so that a first run tells a story.
+"""The demo workload: a producer, one group of every kind an operator meets (consumer groups,
+a share group, a Kafka Streams application), and a timeline of scripted incidents, so that a
+first run tells a story.
 
 Most groups are healthy: they consume faster than the producer writes. The timeline
 (``TIMELINE``, printed at the start of ``./run``) then breaks some on purpose: a group killed
@@ -8,11 +9,16 @@ membership churn (a rebalance storm), a producer surge that one group cannot kee
 a member whose handler blocks (it stops polling, its heartbeats go on) just before another
 joins: a rebalance stuck waiting for it. Each alert they raise names its cause.
 ``demo-range`` is skewed from the start (range on topics whose partition counts its three
-members do not divide), for the what-if advice.
+members do not divide), for the what-if advice. On Kafka 4.2+ (``kinds``), ``KIND_GROUPS``
+adds a share group (KIP-932, a queue) of Kafka's own console share consumers, whose members
+are killed and restarted, and a Kafka Streams application on the streams protocol (KIP-1071,
+Kafka's WordCountDemo), to which a second instance is added: its tasks move.
 
-Each member is its own process, so that a crash can be a real ``SIGKILL`` (no LeaveGroup) and a
-graceful leave a real ``close()``. ``DEMO_GROUPS`` is the single description of the workload;
-the tests read it to know what the snapshot must show. ``time_scale`` compresses the timeline
+Each member is its own process (a JVM for the share consumers and Streams instances, from the
+Maven Central jars: ``groupscope_dev.kinds``), so that a crash can be a real ``SIGKILL`` (no
+LeaveGroup) and a graceful leave a real ``close()``. ``DEMO_GROUPS`` and ``KIND_GROUPS`` are
+the single description of the workload; the tests read them to know what the snapshot must
+show. ``time_scale`` compresses the timeline
 (the tests run it at a fraction of its ten minutes); ``demo_rules`` gives the alert thresholds
 scaled the same way.
 """
@@ -34,7 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from groupscope_dev import importable_env
+from groupscope_dev import StackError, importable_env
+from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, kafka_libs, require_java, streams_libs
+from groupscope_dev.kinds import (
+    WORD_COUNT_INPUT,
+    WORD_COUNT_OUTPUT,
+    JavaProcesses,
+    share_consumer,
+    streams_instance,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +60,13 @@ TOPICS: dict[str, int] = {
     "demo.archive": 2,
     "demo.shipments": 4,
     "demo.clicks": 3,
+    "demo.queue": 4,  # the share group's
+    WORD_COUNT_INPUT: 4,  # the Streams application's: lines of words
 }
+# Topics the producer leaves alone: the empty group's (its lag is old news) and the Streams
+# application's output.
+QUIET_TOPICS = ("demo.archive", WORD_COUNT_OUTPUT)
+WORDS = ("kafka", "queue", "share", "stream", "task", "group", "lag", "offset")
 
 
 @dataclass(frozen=True)
@@ -55,7 +75,7 @@ class GroupSpec:
     topics: tuple[str, ...]
     members: int
     assignor: str | None = None  # classic client-side assignor
-    protocol: str = "classic"  # or "consumer" (KIP-848)
+    protocol: str = "classic"  # or "consumer" (KIP-848), "share" (KIP-932), "streams"
     static: bool = False  # members get group.instance.id
     assign_only: bool = False  # assign() + commit: a "simple" group without members
     empty: bool = False  # commits once, then every member leaves
@@ -84,6 +104,16 @@ DEMO_GROUPS: tuple[GroupSpec, ...] = (
     # for the rule's minute (at 60 a second it did, and resolved only at the timeline's end).
     GroupSpec("demo-surge", ("demo.clicks",), 1, assignor="range", rate=90.0),
     GroupSpec("demo-stuck", ("demo.orders",), 2, assignor="range", blocks=True),
+)
+
+# Kafka 4.2+ (Demo.kinds): a share group of real share consumers (Kafka's console share
+# consumer), and a Kafka Streams application on the streams protocol (WordCountDemo, which
+# reads WORD_COUNT_INPUT; its group id is the application id). A JVM per member.
+QUEUE_GROUP = "demo-queue"
+STREAMS_APP = "demo-wordcount"
+KIND_GROUPS: tuple[GroupSpec, ...] = (
+    GroupSpec(QUEUE_GROUP, ("demo.queue",), 2, protocol="share"),
+    GroupSpec(STREAMS_APP, (WORD_COUNT_INPUT,), 1, protocol="streams"),
 )
 
 # The groups the timeline leaves alone: they must stay OK and never notify.
@@ -122,6 +152,11 @@ TIMELINE: tuple[Event, ...] = (
           "{storm_every}, until the rebalance_storm rule fires at the next analytics run"),
     Event(120, "kill", STOPPED_GROUP,
           "kill -9 of every demo-roundrobin member: STOP, then a FIRING notification"),
+    # The share session timeout (45 s) passes before the members leave the group.
+    Event(150, "kill", QUEUE_GROUP,
+          "kill -9 of every demo-queue share consumer: once their session has expired the "
+          "queue has no member while records arrive; its lag grows and its start offset "
+          "stands still (Group detail, share group panels)"),
     Event(270, "calm", STORM_GROUP, "demo-cooperative-sticky stops churning"),
     # A minute before the join: the rebalance's cause is told by who stopped committing before
     # it began, which takes a snapshot or two to see.
@@ -141,6 +176,15 @@ TIMELINE: tuple[Event, ...] = (
           "demo-slow is back to full speed: it catches up and its alert resolves"),
     Event(420, "unsurge", SURGE_GROUP,
           "demo.clicks is back to its usual rate: demo-surge catches up and its alert resolves"),
+    # After the surge: starting JVMs costs CPU seconds, which would slow the snapshots that
+    # must see demo-stuck's blocked member before its rebalance (in the compressed timeline
+    # of tests/integration/test_demo.py, a pass every few seconds).
+    Event(450, "restart", QUEUE_GROUP,
+          "demo-queue's share consumers restart: they acquire the backlog and its lag falls "
+          "back to zero"),
+    Event(480, "join", STREAMS_APP,
+          "a second demo-wordcount instance joins the Kafka Streams application: the broker "
+          "moves tasks to it (Group detail, Streams group panels)"),
 )
 STORM_EVERY_S = 15.0
 TIMELINE_END_S = 600.0  # the last resolved notification is due well before
@@ -282,11 +326,12 @@ def run_producer(bootstrap: str, rate: float) -> None:
     started = time.monotonic()
     while not stopping.is_set():
         for topic in TOPICS:
-            if topic == "demo.archive":
-                continue  # the empty group's topic stays still: its lag is old news
+            if topic in QUIET_TOPICS:
+                continue
             for _ in range(SURGE_FACTOR if surging[0] and topic == SURGE_TOPIC else 1):
-                producer.produce(topic, key=str(rng.randrange(1000)).encode(),
-                                 value=b"x" * 64)
+                value = (" ".join(rng.choices(WORDS, k=6)).encode() if topic == WORD_COUNT_INPUT
+                         else b"x" * 64)
+                producer.produce(topic, key=str(rng.randrange(1000)).encode(), value=value)
         sent += 1
         producer.poll(0)
         delay = started + sent / rate - time.monotonic()
@@ -313,6 +358,7 @@ class Demo:
     groups: Sequence[GroupSpec] = DEMO_GROUPS
     produce_rate: float = PRODUCE_RATE
     kip848: bool = True
+    kinds: bool = True  # KIND_GROUPS: a share group and a Streams application (Kafka 4.2+)
     time_scale: float = 1.0  # 0.25: the ten-minute timeline in two and a half
     timeline: Sequence[Event] = TIMELINE
     rng: random.Random = field(default_factory=lambda: random.Random(42))  # noqa: S311
@@ -322,10 +368,21 @@ class Demo:
     done: list[Event] = field(default_factory=list)
     storming: bool = False
     _next_churn: float = 0.0
+    java: JavaProcesses = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.java = JavaProcesses(self.log_dir)
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        create_topics(self.bootstrap)
+        if self.kinds and (missing := _kinds_missing()):
+            # e.g. the compose stack's demo container: a JRE, but no Maven to fetch the jars
+            log.warning("the demo leaves out its share group and Streams application: %s",
+                        missing)
+            self.kinds = False
+        create_topics(self.bootstrap,
+                      {**TOPICS, WORD_COUNT_OUTPUT: TOPICS[WORD_COUNT_INPUT]} if self.kinds
+                      else TOPICS)
         seed_archive(self.bootstrap)
         self.producer = self._spawn(["producer", "--rate", str(self.produce_rate)], "producer")
         for spec in self.active_groups():
@@ -333,9 +390,21 @@ class Demo:
                 self.add_member(spec, index, stop_after=5.0 if spec.empty else None)
 
     def active_groups(self) -> list[GroupSpec]:
-        return [g for g in self.groups if self.kip848 or g.protocol != "consumer"]
+        kinds = KIND_GROUPS if self.kinds else ()
+        return [g for g in (*self.groups, *kinds) if self.kip848 or g.protocol != "consumer"]
 
     def add_member(self, spec: GroupSpec, index: int, stop_after: float | None = None) -> None:
+        name = f"{spec.group_id}-{index}"
+        if spec.protocol == "share":
+            proc = share_consumer(self.java, self.bootstrap, spec.topics[0], spec.group_id, name)
+        elif spec.protocol == "streams":
+            proc = streams_instance(self.java, self.bootstrap, spec.group_id, name,
+                                    self.log_dir / f"{name}-state")
+        else:
+            proc = self._spawn(self._member_args(spec, index, stop_after), name)
+        self.members.setdefault(spec.group_id, []).append(proc)
+
+    def _member_args(self, spec: GroupSpec, index: int, stop_after: float | None) -> list[str]:
         args = ["member", "--group", spec.group_id, "--index", str(index),
                 "--slow-rate", str(0 if spec.blocks else self.produce_rate * SLOW_SHARE)]
         if spec.blocks:
@@ -343,8 +412,7 @@ class Demo:
                      str(round(STUCK_POLL_INTERVAL_S * self.time_scale * 1000))]
         if stop_after is not None:
             args += ["--stop-after", str(stop_after)]
-        proc = self._spawn(args, f"{spec.group_id}-{index}")
-        self.members.setdefault(spec.group_id, []).append(proc)
+        return args
 
     # -- the timeline ------------------------------------------------------------------------
     def schedule(self) -> list[tuple[float, Event]]:
@@ -469,8 +537,20 @@ class Demo:
         )
 
 
+def _kinds_missing() -> str | None:
+    """Why the share consumers and Streams instances cannot start here (a JVM and the Kafka
+    and Kafka Streams jars, fetched with Maven on first use), or None."""
+    try:
+        require_java()
+        kafka_libs(DEFAULT_KAFKA_VERSION)
+        streams_libs(DEFAULT_KAFKA_VERSION)
+    except StackError as exc:
+        return str(exc)
+    return None
+
+
 def _spec(group_id: str) -> GroupSpec:
-    for spec in DEMO_GROUPS:
+    for spec in (*DEMO_GROUPS, *KIND_GROUPS):
         if spec.group_id == group_id:
             return spec
     raise SystemExit(f"no demo group {group_id!r}")

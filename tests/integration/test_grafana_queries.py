@@ -2,10 +2,13 @@
 (groupscope.serve.grafana.macros), run as ``grafana_reader`` against a warehouse filled by the
 real pipeline: real consumer groups on a real Kafka (among them ``'; drop table x; --``, a
 unicode name and one of 249 characters, each with members that consumed and committed), the
-collector's snapshots, the offsets topic ingest, the quality gate, ``warehouse load``, the
-lag, rebalance and skew jobs on Spark, and the alert evaluation - the functions the DAGs call.
+collector's snapshots (share and streams groups included: a real share consumer in a hostile
+group, a Kafka Streams application on the streams protocol), the offsets topic ingest, the
+quality gate, ``warehouse load``, the lag, rebalance and skew jobs on Spark, and the alert
+evaluation - the functions the DAGs call.
 
-Each query returns rows and the columns its panel needs; with each group, hostile ones
+Each query returns rows and the columns its panel needs (a share or streams group's own panels
+with a group of that kind); with each group, hostile ones
 included, as the variable value it runs without error and without effect (a table ``x``
 survives). The reader cannot write, cannot read the marts or raw tables, and is stopped by its
 statement timeout.
@@ -24,17 +27,24 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import unique
-from kafkautil import commit_offsets, create_topic, wait_until
+from kafkautil import commit_offsets, create_topic, create_word_count_topics, wait_until
 from psycopg import errors
 
 from groupscope import pipeline, warehouse
 from groupscope.analyze.io import Interval
 from groupscope.analyze.jobs import JobArgs
+from groupscope.kafka.java_admin import JavaAdmin
 from groupscope.serve.alerting.rules import load_rules
 from groupscope.serve.grafana import READER_ROLE
 from groupscope.serve.grafana.dashboards import build_all
 from groupscope.serve.grafana.macros import expand
-from groupscope_dev.kafka import KafkaCluster
+from groupscope_dev.kafka import KafkaCluster, kafka_libs
+from groupscope_dev.kinds import (
+    WORD_COUNT_INPUT,
+    JavaProcesses,
+    share_consumer,
+    streams_instance,
+)
 from groupscope_dev.postgres import LocalPostgres
 
 pytestmark = pytest.mark.integration
@@ -45,6 +55,12 @@ MAIN = HOSTILE[0]  # the group every group panel must show rows for: hostile on 
 # standard_conforming_strings is on) and a double quote (Grafana's sqlstring turns it into \",
 # so such a group matches nothing in a panel, but its queries must still parse).
 COMMIT_ONLY = ["x\\' OR true --", 'a"b']
+# A share group (KIP-932) of one real share consumer, hostile too (a streams application's id
+# names its internal topics, so it cannot be).
+SHARE = "q'ueue ünï 队列 --"
+# The panels of one kind (their titles' prefix) run with a group of that kind.
+SHARE_PANELS, STREAMS_PANELS = "Share group:", "Streams group:"
+JAVA_CLASSPATH = str(kafka_libs("4.3.1"))
 # Panels that cannot have rows here, with the reason. Nothing else may come back empty.
 NO_ROWS_EXPECTED = {
     # A coordinator moves when the broker leading its __consumer_offsets partition changes:
@@ -134,6 +150,7 @@ class Filled:
     cluster: str
     time_from: datetime
     time_to: datetime
+    streams_app: str
     sleep: dict[str, Any] = field(default_factory=dict)
 
 
@@ -165,7 +182,16 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
     orders, single = unique("gq-orders"), unique("gq-single")
     create_topic(bootstrap, orders, 2)
     create_topic(bootstrap, single, 1)
+    # WordCountDemo's topics are the run's, not this module's: nothing is produced to its
+    # input here (test_group_kinds counts every record there).
+    create_word_count_topics(bootstrap)
     topics = {orders: 2, single: 1}
+    # The new kinds first: their JVMs start while the rest is set up.
+    streams_app = unique("gq-wordcount")
+    kind_logs = tmp_path_factory.mktemp("gq-kinds")
+    kinds = JavaProcesses(kind_logs)
+    share_consumer(kinds, bootstrap, orders, SHARE, "share")
+    streams_instance(kinds, bootstrap, streams_app, "streams", kind_logs / "state")
     _produce(bootstrap, topics, 30)
     engine = warehouse.engine_for(url)
     warehouse.migrate(engine)
@@ -185,6 +211,10 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
     try:
         wait_until(lambda: all(m.commits for m in members) or any(m.error for m in members),
                    60, "every member's first commit")
+        # The reader's timed sleep is over first: starting this process's JVM holds the GIL,
+        # which would delay the sleeper thread's measure.
+        sleeper.join(30)
+        _wait_for_the_kinds(bootstrap, streams_app)
         for i in range(4):
             if i == 2:
                 late = Member(bootstrap, MAIN, orders, behind=3)
@@ -198,10 +228,11 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
             _produce(bootstrap, topics, 20)
             time.sleep(0.7)  # the members commit what they read, less their lag
             ts = datetime.now(UTC)
-            pipeline.collect(config, landing, ts, 15.0)
+            pipeline.collect(config, landing, ts, 15.0, java_classpath=JAVA_CLASSPATH)
             stamps.append(ts)
             time.sleep(1.0)
     finally:
+        kinds.stop_all()
         for m in members:
             m.stop_event.set()
         for m in members:
@@ -224,11 +255,31 @@ def filled(kafka: KafkaCluster, postgres: LocalPostgres, spark: Any,
     summary = pipeline.evaluate_alerts(url, cluster, load_rules(rules_file), {}, now,
                                        timedelta(seconds=30), "http://grafana.invalid")
     assert summary["firing"] + summary["pending"] > 0, summary
-    sleeper.join(30)
     engine.dispose()
     yield Filled(database, url, reader_url, cluster, stamps[0] - timedelta(hours=1),
-                 now + timedelta(minutes=1), sleep)
+                 now + timedelta(minutes=1), streams_app, sleep)
     postgres.drop_database(database)
+
+
+def _wait_for_the_kinds(bootstrap: str, streams_app: str) -> None:
+    """Until the share consumer holds its partitions and the Streams application is Stable
+    with its tasks (the broker creates its internal topics first), asked of Kafka's Java
+    Admin client in this process: the snapshots must see both from the first."""
+    java = JavaAdmin.open({"bootstrap.servers": bootstrap}, JAVA_CLASSPATH, 15)
+
+    def ready() -> bool:
+        share = java.describe_share_groups([SHARE]).get(SHARE)
+        streams = java.describe_streams_groups([streams_app]).get(streams_app)
+        return (not isinstance(share, Exception) and share is not None
+                and any(m.assignment for m in share.members)
+                and not isinstance(streams, Exception) and streams is not None
+                and streams.state == "Stable"
+                and any(t for m in streams.members for t in m.tasks if not t.target))
+
+    try:
+        wait_until(ready, 120, "the share consumer and the Streams application")
+    finally:
+        java.close()
 
 
 # -- the queries -------------------------------------------------------------------------------
@@ -297,6 +348,15 @@ def _variables(reader: psycopg.Connection[Any], filled: Filled, group: str) -> d
     return variables
 
 
+def _group_for(query: Query, filled: Filled) -> str:
+    """The group a group panel must show rows for: one of its kind for a kind's own panels."""
+    if query.title.startswith(SHARE_PANELS):
+        return SHARE
+    if query.title.startswith(STREAMS_PANELS):
+        return filled.streams_app
+    return MAIN
+
+
 def _expand(sql: str, filled: Filled, variables: dict[str, Any]) -> str:
     return expand(sql, time_from=filled.time_from, time_to=filled.time_to,
                   variables={k: v for k, v in variables.items() if k in sql})
@@ -312,14 +372,14 @@ def test_the_group_variable_offers_every_real_group(reader: psycopg.Connection[A
     sql = next(q.sql for q in QUERIES if q.title == "variable group")
     _, rows = _run(reader, _expand(sql, filled, {"cluster": filled.cluster}))
     groups = [r[0] for r in rows]
-    assert set(HOSTILE + COMMIT_ONLY) <= set(groups), groups
+    assert set(HOSTILE + COMMIT_ONLY + [SHARE, filled.streams_app]) <= set(groups), groups
     assert any(g.startswith("gq-churn") for g in groups)
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda q: f"{q.dashboard}:{q.title}")
 def test_every_query_returns_what_its_panel_needs(query: Query, reader: psycopg.Connection[Any],
                                                   filled: Filled) -> None:
-    variables = _variables(reader, filled, MAIN)
+    variables = _variables(reader, filled, _group_for(query, filled))
     sql = _expand(query.sql, filled, variables)
     columns, rows = _run(reader, sql)
     if (query.dashboard, query.title) in NO_ROWS_EXPECTED:
@@ -335,6 +395,33 @@ def test_every_query_returns_what_its_panel_needs(query: Query, reader: psycopg.
         assert any(t in NUMERIC for _, t in columns), columns
     if query.title.startswith("variable"):
         assert len(columns) == 1 and all(r[0] for r in rows)
+
+
+def test_the_overview_tells_queues_from_streams_applications(
+        reader: psycopg.Connection[Any], filled: Filled) -> None:
+    """The Overview's own queries name each group's kind, and a Streams application's tasks
+    per member add up to the tasks of its subtopologies (Group detail)."""
+    def panel(dashboard: str, title: str, group: str = MAIN) -> list[dict[str, Any]]:
+        query = next(q for q in QUERIES if (q.dashboard, q.title) == (dashboard, title))
+        columns, rows = _run(reader, _expand(query.sql, filled,
+                                             _variables(reader, filled, group)))
+        return [dict(zip([c for c, _ in columns], row, strict=True)) for row in rows]
+
+    kinds = {r["group_id"]: r["kind"]
+             for r in panel("groupscope-overview", "Queues and Streams applications")}
+    assert (kinds[SHARE], kinds[filled.streams_app]) == ("share", "streams"), kinds
+    by_kind = panel("groupscope-overview", "Groups by kind")[0]
+    assert by_kind["share (queues)"] >= 1 and by_kind["streams (Kafka Streams)"] >= 1
+    assert by_kind["classic"] >= len(HOSTILE)
+    members = panel("groupscope-group", "Streams group: tasks per member now",
+                    filled.streams_app)
+    subtopologies = panel("groupscope-group", "Streams group: subtopologies now",
+                          filled.streams_app)
+    assert len(members) == 1 and len(subtopologies) == 2  # WordCountDemo: split, then count
+    assert members[0]["active_tasks"] == sum(s["active_tasks"] for s in subtopologies) > 0
+    assert WORD_COUNT_INPUT in subtopologies[0]["source_topics"]
+    share = panel("groupscope-group", "Share group: partitions now", SHARE)
+    assert share and all(r["members"] == 1 for r in share), share  # its one consumer
 
 
 def test_every_query_with_every_group_has_no_error_and_no_effect(

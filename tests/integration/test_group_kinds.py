@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from conftest import unique
-from kafkautil import create_topic, produce_counts, wait_until
+from kafkautil import create_topic, create_word_count_topics, produce_counts, wait_until
 
 from groupscope.collect.collector import Collector, CollectorSettings
 from groupscope.contract.model import Group, GroupType, Snapshot, TaskRole
@@ -27,7 +27,6 @@ from groupscope_dev.kinds import (
     SHARE_GROUP_COMMAND,
     STREAMS_GROUP_COMMAND,
     WORD_COUNT_INPUT,
-    WORD_COUNT_OUTPUT,
     JavaProcesses,
     run_tool,
     share_consumer,
@@ -85,12 +84,7 @@ def setup(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     procs = JavaProcesses(logs)
     topic = unique("queue")
     create_topic(bootstrap, topic, 2)
-    for name in (WORD_COUNT_INPUT, WORD_COUNT_OUTPUT):
-        try:
-            create_topic(bootstrap, name, 2)
-        except Exception as exc:  # another module of the run made it already
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
+    create_word_count_topics(bootstrap)
     busy, stopped, app = unique("share-busy"), unique("share-stopped"), unique("wordcount")
     _read_from_the_start(bootstrap, [busy, stopped, HOSTILE])
     produce_counts(bootstrap, topic, [12, 9])

@@ -103,6 +103,14 @@ STATE_TEXT = _value_map({
     "CompletingRebalance": ("CompletingRebalance", "blue"),
     "Assigning": ("Assigning", "blue"), "Reconciling": ("Reconciling", "blue"),
     "Dead": ("Dead", "red"), "Unknown": ("Unknown", "text"),
+    # A streams group whose internal topics are missing (KIP-1071).
+    "NotReady": ("Not Ready", "red"),
+})
+# The group kinds (raw.consumer_groups.group_type), named as a newcomer knows them.
+KIND_TEXT = _value_map({
+    "classic": ("classic", "text"), "consumer": ("consumer (KIP-848)", "text"),
+    "share": ("share (queue)", "purple"), "streams": ("streams (Kafka Streams)", "blue"),
+    "unknown": ("unknown", "text"),
 })
 SEVERITY_TEXT = _value_map({
     "critical": ("critical", "red"), "warning": ("warning", "orange"), "info": ("info", "blue"),
@@ -405,15 +413,51 @@ def overview() -> dict[str, Any]:
                     _column("errors_24h", label="collection errors 24 h",
                             thresholds=ANY_IS_ORANGE),
                 ]), 24, 6),
+        (_stat("Groups by kind",
+               "SELECT count(*) FILTER (WHERE group_type = 'classic') AS classic,\n"
+               "       count(*) FILTER (WHERE group_type = 'consumer') AS \"consumer (KIP-848)\",\n"
+               "       count(*) FILTER (WHERE group_type = 'share') AS \"share (queues)\",\n"
+               "       count(*) FILTER (WHERE group_type = 'streams')\n"
+               "         AS \"streams (Kafka Streams)\"\n"
+               "FROM serve.groups WHERE " + CLUSTER,
+               description="The cluster's groups at its newest snapshot, by kind: classic "
+                           "and consumer-protocol (KIP-848) consumer groups, share groups "
+                           "(KIP-932: queues, records acknowledged one by one) and streams "
+                           "groups (KIP-1071: Kafka Streams applications)."), 8, 6),
+        (_table("Queues and Streams applications",
+                "SELECT cluster, group_id, kind, state, members, partitions, lag_records,\n"
+                "       subtopologies, active_tasks, standby_tasks, warmup_tasks,\n"
+                "       snapshot_time\n"
+                "FROM serve.kind_groups_now WHERE " + CLUSTER + "\n"
+                "ORDER BY kind, lag_records DESC NULLS LAST, group_id",
+                description="Share groups (queues) and streams groups (Kafka Streams "
+                            "applications) at the newest snapshot. Lag of a share group: "
+                            "records not yet acknowledged (the broker's count); of a streams "
+                            "group: its committed offsets against the high watermarks. "
+                            "Partitions: with a share start offset, or committed. Click a "
+                            "group for its own panels.",
+                columns=[
+                    *_group_columns(),
+                    _column("kind", mappings=KIND_TEXT, background=True),
+                    _column("state", mappings=STATE_TEXT),
+                    _column("lag_records", label="lag (records)", unit=RECORDS,
+                            thresholds=LAG_RECORDS_THRESHOLDS),
+                    _column("active_tasks", label="active tasks"),
+                    _column("standby_tasks", label="standby tasks"),
+                    _column("warmup_tasks", label="warm-up tasks"),
+                    _column("snapshot_time", label="snapshot"),
+                ]), 16, 6),
         (_table("Groups",
-                "SELECT cluster, group_id, status, lag_records, max_time_lag_s, time_lag_kind,\n"
-                "       members, state, worst_reason, snapshot_time\n"
+                "SELECT cluster, group_id, group_type AS kind, status, lag_records,\n"
+                "       max_time_lag_s, time_lag_kind, members, state, worst_reason,\n"
+                "       snapshot_time\n"
                 "FROM serve.group_status_latest WHERE " + CLUSTER + "\n"
                 "ORDER BY status_level DESC, lag_records DESC NULLS LAST, group_id",
                 description="Every group at the newest status snapshot, worst first. Click a "
                             "group for its detail.",
                 columns=[
                     *_group_columns(),
+                    _column("kind", mappings=KIND_TEXT),
                     _column("status", mappings=STATUS_TEXT, background=True),
                     _column("lag_records", label="lag (records)", unit=RECORDS,
                             thresholds=LAG_RECORDS_THRESHOLDS),
@@ -496,7 +540,8 @@ def overview() -> dict[str, Any]:
                                  "per-partition failures the snapshot recorded."), 12, 8),
     ]
     return _dashboard(OVERVIEW, "groupscope: Overview",
-                      "Every consumer group of a cluster at a glance: status, lag, incidents, "
+                      "Every group of a cluster at a glance, of every kind (consumer groups, "
+                      "share groups, Kafka Streams applications): status, lag, incidents, "
                       "rebalances and the collector's health.",
                       [cluster_variable()], panels)
 
@@ -534,10 +579,11 @@ def group_detail() -> dict[str, Any]:
                "FROM serve.group_status_latest WHERE " + where,
                thresholds=ANY_IS_RED), 4, 4),
         (_table("Now",
-                "SELECT state, group_type, assignor, coordinator, partitions, worst_topic,\n"
-                "       worst_partition, worst_reason, snapshot_time\n"
+                "SELECT state, group_type AS kind, assignor, coordinator, partitions,\n"
+                "       worst_topic, worst_partition, worst_reason, snapshot_time\n"
                 "FROM serve.group_status_latest WHERE " + where,
                 columns=[_column("state", mappings=STATE_TEXT, background=True),
+                         _column("kind", mappings=KIND_TEXT),
                          _column("worst_reason", label="why")]), 24, 3),
         (_table("Likely causes",
                 "SELECT time, rule, state, rank, cause, evidence, since, started_at\n"
@@ -651,6 +697,8 @@ def group_detail() -> dict[str, Any]:
                      "FROM serve.rebalance_hourly\n"
                      "WHERE " + where + " AND $__timeFilter(time)\nORDER BY 1",
                      unit="short", axis_label="rebalances", bars=True, stacked=True), 12, 8),
+        *_share_panels(where),
+        *_streams_panels(where),
         (_table("What-if: other strategies on this group",
                 "SELECT strategy, is_current, current_strategy, members, partitions,\n"
                 "       max_minus_min, coefficient_of_variation, idle_members,\n"
@@ -675,9 +723,115 @@ def group_detail() -> dict[str, Any]:
                 ), 10, 7),
     ]
     return _dashboard(GROUP, "groupscope: Group detail",
-                      "One consumer group: lag per partition, member and topic, time lag, "
-                      "status and state history, members, rebalances and what-if advice.",
+                      "One group: lag per partition, member and topic, time lag, status and "
+                      "state history, members, rebalances and what-if advice; a share group's "
+                      "start offsets and lag, a Streams application's tasks and "
+                      "subtopologies.",
                       [cluster_variable(), group_variable(), topic_variable()], panels)
+
+
+def _share_panels(where: str) -> list[Placed]:
+    """A share group's own panels (KIP-932); no rows for other kinds."""
+    return [
+        (_table("Share group: partitions now",
+                "SELECT topic, partition, start_offset, lag_records, high_watermark,\n"
+                "       log_start_offset, members, snapshot_time\n"
+                "FROM serve.share_partitions_now WHERE " + where + "\n"
+                "ORDER BY lag_records DESC NULLS LAST, topic, partition",
+                description="Where the share group stands on each partition: the start "
+                            "offset (the earliest record still in flight; every record "
+                            "below it is acknowledged), the broker's lag (records not yet "
+                            "acknowledged, Kafka 4.2+) and the members the partition is "
+                            "assigned to (they share it). Empty for other kinds of group.",
+                columns=[
+                    _column("start_offset", label="start offset"),
+                    _column("lag_records", label="lag (records)", unit=RECORDS,
+                            thresholds=LAG_RECORDS_THRESHOLDS),
+                    _column("high_watermark", label="high watermark"),
+                    _column("log_start_offset", label="log start"),
+                    _column("members", thresholds=((None, "orange"), (1.0, "green"))),
+                    _column("snapshot_time", label="snapshot"),
+                ]), 24, 6),
+        (_timeseries("Share group: lag per partition (records)",
+                     "SELECT time, series AS metric, lag_records\n"
+                     "FROM serve.share_partition_history\n"
+                     "WHERE " + where + " AND $__timeFilter(time)\nORDER BY 1",
+                     unit=RECORDS, axis_label="records",
+                     description="Records not yet acknowledged, per topic-partition."), 12, 8),
+        (_timeseries("Share group: start offset per partition",
+                     "SELECT time, series AS metric, start_offset\n"
+                     "FROM serve.share_partition_history\n"
+                     "WHERE " + where + " AND $__timeFilter(time)\nORDER BY 1",
+                     unit="none", axis_label="offset",
+                     description="A start offset that stands still while the lag grows: "
+                                 "a record no member acknowledges (or no member)."), 12, 8),
+    ]
+
+
+def _streams_panels(where: str) -> list[Placed]:
+    """A streams group's own panels (KIP-1071); no rows for other kinds."""
+    return [
+        (_table("Streams group: tasks per member now",
+                "SELECT member_id, client_id, host, process_id, member_epoch, active_tasks,\n"
+                "       standby_tasks, warmup_tasks, active, standby, warmup\n"
+                "FROM serve.streams_member_task_history\n"
+                "WHERE " + where + "\n"
+                "  AND time = (SELECT raw_snapshot_time FROM serve.latest_snapshots\n"
+                "              WHERE " + CLUSTER + ")\n"
+                "ORDER BY active_tasks DESC, member_id",
+                description="Each member of the Kafka Streams application (process: its "
+                            "Streams instance) and its current tasks: active (processing), "
+                            "standby (a replica of the state) and warm-up (catching the state "
+                            "up before it moves here). Tasks are subtopology_partition. Empty "
+                            "for other kinds of group.",
+                columns=[
+                    _column("process_id", label="process"),
+                    _column("member_epoch", label="epoch"),
+                    _column("active_tasks", label="active",
+                            thresholds=((None, "orange"), (1.0, "green"))),
+                    _column("standby_tasks", label="standby"),
+                    _column("warmup_tasks", label="warm-up"),
+                    _column("active", label="active tasks"),
+                    _column("standby", label="standby tasks"),
+                    _column("warmup", label="warm-up tasks"),
+                ]), 24, 6),
+        (_table("Streams group: subtopologies now",
+                "SELECT subtopology_id, source_topics, repartition_sink_topics,\n"
+                "       repartition_source_topics, changelog_topics, active_tasks,\n"
+                "       replica_tasks\n"
+                "FROM serve.streams_subtopologies_now WHERE " + where + "\n"
+                "ORDER BY subtopology_id",
+                description="The application's topology as the broker knows it: each "
+                            "subtopology's topics by role, and its tasks that have an active "
+                            "owner now (and standby or warm-up replicas).",
+                columns=[
+                    _column("subtopology_id", label="subtopology"),
+                    _column("source_topics", label="sources"),
+                    _column("repartition_sink_topics", label="repartition sinks"),
+                    _column("repartition_source_topics", label="repartition sources"),
+                    _column("changelog_topics", label="changelogs"),
+                    _column("active_tasks", label="active tasks"),
+                    _column("replica_tasks", label="standby + warm-up"),
+                ]), 24, 5),
+        (_timeseries("Streams group: active tasks per member",
+                     "SELECT time, member AS metric, active_tasks\n"
+                     "FROM serve.streams_member_task_history\n"
+                     "WHERE " + where + " AND $__timeFilter(time)\nORDER BY 1",
+                     unit="short", axis_label="tasks", stacked=True,
+                     description="Tasks move between instances when one joins or leaves "
+                                 "(client id @ host)."), 12, 8),
+        (_timeseries("Streams group: epochs",
+                     "SELECT time, group_epoch AS \"group epoch\",\n"
+                     "       assignment_epoch AS \"assignment epoch\",\n"
+                     "       topology_epoch AS \"topology epoch\"\n"
+                     "FROM serve.group_epoch_history\n"
+                     "WHERE " + where + " AND $__timeFilter(time)\nORDER BY 1",
+                     unit="none", axis_label="epoch",
+                     description="The group epoch rises with each membership or topology "
+                                 "change; the assignment epoch follows once the broker has "
+                                 "computed the new target assignment; the topology epoch "
+                                 "rises when the application's topology changes."), 12, 8),
+    ]
 
 
 # -- Rebalances ------------------------------------------------------------------------------
