@@ -124,9 +124,36 @@ def spark_connect(services_dir: Path) -> Iterator[SparkConnectServer]:
     server.stop()
 
 
+# The scenario tests: loops of pipeline passes, each pass some 40 Spark jobs, through
+# minutes of compressed time. Run in parallel (``./run-tests``: two pytest-xdist workers),
+# they take one worker, one after another, so that two of them never share the two cores;
+# the rest of the suite runs on the other worker meanwhile.
+SCENARIOS = frozenset({"test_alerting.py", "test_alert_causes.py", "test_alert_unknown.py",
+                       "test_demo.py", "test_fast_detection.py"})
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The worker-sharing group of a test: the scenarios together, an integration module by
+    itself (its module-scoped clusters start once), a unit test anywhere."""
+    path = Path(str(item.fspath))
+    if path.name in SCENARIOS:
+        return "scenarios"
+    return path.stem if "integration" in path.parts else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Integration tests follow the fast unit tests, so a broken invariant shows first.
-    items.sort(key=lambda item: "integration" in str(item.fspath))
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # In parallel, the longest group starts first, so that it never ends the run alone.
+        items.sort(key=lambda item: (_xdist_group(item) != "scenarios",
+                                     "integration" in str(item.fspath)))
+    else:
+        # Integration tests follow the fast unit tests, so a broken invariant shows first.
+        items.sort(key=lambda item: "integration" in str(item.fspath))
 
 
 # pytest-timeout interrupts a test with SIGALRM, whose handler runs only once the main thread is
