@@ -10,6 +10,7 @@ import sys
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_timeout import _get_item_settings
@@ -132,28 +133,43 @@ SCENARIOS = frozenset({"test_alerting.py", "test_alert_causes.py", "test_alert_u
                        "test_demo.py", "test_fast_detection.py"})
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    """The worker-sharing group of a test: the scenarios together, an integration module by
-    itself (its module-scoped clusters start once), a unit test anywhere."""
-    path = Path(str(item.fspath))
-    if path.name in SCENARIOS:
-        return "scenarios"
-    return path.stem if "integration" in path.parts else None
+def _work_unit(nodeid: str) -> str:
+    """What one worker runs whole: the scenarios together, otherwise a module (its
+    module-scoped clusters start once)."""
+    module = nodeid.split("::", 1)[0]
+    return "scenarios" if Path(module).name in SCENARIOS else module
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def _run_order(item: pytest.Item) -> int:
+    """In parallel, the longest work first (the scenarios, then the Airflow module), so that
+    none is left to end the run alone; the unit tests, short, fill the end."""
+    if _work_unit(item.nodeid) == "scenarios":
+        return 0
+    if "integration" not in str(item.fspath):
+        return 3
+    return 1 if Path(str(item.fspath)).name == "test_airflow.py" else 2
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        group = _xdist_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # In parallel, the longest group starts first, so that it never ends the run alone.
-        items.sort(key=lambda item: (_xdist_group(item) != "scenarios",
-                                     "integration" in str(item.fspath)))
+        items.sort(key=_run_order)
     else:
         # Integration tests follow the fast unit tests, so a broken invariant shows first.
         items.sort(key=lambda item: "integration" in str(item.fspath))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work units as ``_work_unit`` says, in the order of collection. (pytest-xdist's own
+    ``xdist_group`` grouping is lost on pytest 9, whose node ids it can no longer amend.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return SuiteScheduling(config, log)
 
 
 # pytest-timeout interrupts a test with SIGALRM, whose handler runs only once the main thread is
