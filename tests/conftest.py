@@ -151,7 +151,7 @@ def spark_connect(services_dir: Path) -> Iterator[SparkConnectServer]:
 # they take one worker, one after another, so that two of them never share the two cores;
 # the rest of the suite runs on the other worker meanwhile.
 SCENARIOS = frozenset({"test_alerting.py", "test_alert_causes.py", "test_alert_unknown.py",
-                       "test_demo.py", "test_fast_detection.py"})
+                       "test_demo.py", "test_fast_detection.py", "test_kind_alerts.py"})
 
 
 def _work_unit(nodeid: str) -> str:
