@@ -399,7 +399,7 @@ def _columns_of(rows: list[tuple[tuple[str, Any], ...]],
     """``rows`` (a view's, as (column, value) pairs) with only the columns of ``like``'s."""
     if not like:
         return rows
-    kept = {column for column, _ in like[0]}
+    kept = {column for row in like for column, _ in row}
     return [tuple((c, v) for c, v in row if c in kept) for row in rows]
 
 
