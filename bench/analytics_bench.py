@@ -15,6 +15,13 @@ issue 16's in-flight guard): it is there to weigh the
 work of the same windows, and ``status_rows_differing`` counts where the two rule sets part.
 
     .venv/bin/python bench/analytics_bench.py [--groups 100] [--partitions 50] [--minutes 1440]
+        [--baseline SRC] [--landing DIR]
+
+``--baseline SRC`` (another checkout's ``src``, e.g. of the commit before a change) runs that
+version's Spark job too, on the same data, each Spark run in a process of its own (a JVM of its
+own), and compares the four outputs of the two with EXCEPT ALL both ways (``differing_rows``:
+zero when both compute the same rows). ``--landing DIR`` reuses (or, when empty, keeps) the
+generated data.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import platform
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,7 +82,7 @@ def generate(root: Path, groups: int, partitions: int, minutes: int, seed: int =
                 for k, v in (("cluster", "bench"), ("snapshot_ts", ts),
                              ("topic", f"topic-{g:03d}"), ("partition", p),
                              ("log_start_offset", 0), ("high_watermark", hw[g][p]),
-                             ("last_stable_offset", hw[g][p])):
+                             ("last_stable_offset", hw[g][p]), ("leader", 1)):
                     log_rows[k].append(v)
                 rows += 1
             for k, v in (("cluster", "bench"), ("snapshot_ts", ts),
@@ -144,12 +152,43 @@ def run_spark(root: Path, out: Path, driver_memory: str = "6g") -> dict[str, Any
     started = time.perf_counter()
     frames = dict(jobs.lag_frames(spark, job))
     counts = {}
-    for name in ("partition_lag", "partition_status", "group_status", "group_lag"):
+    for name in OUTPUTS:
         frames[name].write.mode("overwrite").parquet(str(out / "spark" / name))
         counts[name] = spark.read.parquet(str(out / "spark" / name)).count()
     elapsed = time.perf_counter() - started
     spark.stop()
     return {"seconds": elapsed, "rows": counts}
+
+
+OUTPUTS = ("partition_lag", "partition_status", "group_status", "group_lag")
+
+
+def run_spark_in(src: Path, root: Path, out: Path, driver_memory: str) -> dict[str, Any]:
+    """``run_spark`` with the code of the checkout at ``src``, in a process of its own."""
+    code = ("import json, sys; from pathlib import Path; "
+            "sys.path[:0] = [sys.argv[1], sys.argv[2]]; import analytics_bench as b; "
+            "print(json.dumps(b.run_spark(Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5])))")
+    done = subprocess.run([sys.executable, "-c", code, str(src), str(HERE), str(root), str(out),
+                           driver_memory], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"the Spark run of {src} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def differing_rows(one: Path, other: Path) -> dict[str, list[int]]:
+    """Per output, the rows of one not in the other and the other way round (EXCEPT ALL)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    counts = {}
+    for name in OUTPUTS:
+        a, b = (f"(SELECT * FROM read_parquet('{side}/{name}/*.parquet'))" for side in (one, other))
+        counts[name] = [con.execute(f"SELECT count(*) FROM ({x} EXCEPT ALL {y})").fetchone()[0]
+                        for x, y in ((a, b), (b, a))]
+    con.close()
+    return counts
 
 
 FILES = "{root}/snapshots/{table}/*/*/*/*.parquet"
@@ -305,19 +344,38 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--driver-memory", default="6g",
                         help="the Spark driver's heap (local mode: the whole JVM's)")
+    parser.add_argument("--baseline", type=Path, help="another checkout's src to compare with")
+    parser.add_argument("--landing", type=Path, help="generated data to reuse (or keep)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gs-analytics-bench-"))
+    landing = args.landing or work / "landing"
     try:
         started = time.perf_counter()
-        rows = generate(work / "landing", args.groups, args.partitions, args.minutes)
-        print(f"generated {rows:,} partition rows in {time.perf_counter() - started:.0f} s",
-              flush=True)
+        if args.landing and (landing / "snapshots").exists():
+            rows = args.groups * args.partitions * args.minutes
+            print(f"reusing {landing} ({rows:,} partition rows as generated with these sizes)")
+        else:
+            rows = generate(landing, args.groups, args.partitions, args.minutes)
+            print(f"generated {rows:,} partition rows in {time.perf_counter() - started:.0f} s",
+                  flush=True)
+        baseline = None
+        if args.baseline:
+            with PeakRss() as baseline_mem:
+                baseline = run_spark_in(args.baseline.resolve(), landing, work / "baseline",
+                                        args.driver_memory)
+            baseline["peak_rss_mib"] = baseline_mem.peak / 2**20
+            baseline["load_average"] = os.getloadavg()
+            print(f"spark, baseline: {baseline['seconds']:.1f} s, peak RSS "
+                  f"{baseline['peak_rss_mib']:.0f} MiB", flush=True)
         with PeakRss() as spark_mem:
-            spark = run_spark(work / "landing", work / "out", args.driver_memory)
+            spark = run_spark_in(HERE.parent / "src", landing, work / "out",
+                                 args.driver_memory)
+        spark["load_average"] = os.getloadavg()
         print(f"spark: {spark['seconds']:.1f} s, peak RSS {spark_mem.peak / 2**20:.0f} MiB",
               flush=True)
         with PeakRss() as duck_mem:
-            duck = run_duckdb(work / "landing", work / "out")
+            duck = run_duckdb(landing, work / "out")
+        duck["load_average"] = os.getloadavg()
         print(f"duckdb: {duck['seconds']:.1f} s, peak RSS {duck_mem.peak / 2**20:.0f} MiB",
               flush=True)
         report = {
@@ -332,6 +390,11 @@ def main() -> int:
                        "rows_per_s": rows / duck["seconds"]},
             "ratio": spark["seconds"] / duck["seconds"], "agreement": agreement(work / "out"),
         }
+        if baseline is not None:
+            report["baseline"] = {**baseline, "src": str(args.baseline),
+                                  "ratio": baseline["seconds"] / duck["seconds"],
+                                  "differing_rows": differing_rows(work / "baseline" / "spark",
+                                                                   work / "out" / "spark")}
         results = HERE / "results"
         results.mkdir(exist_ok=True)
         (results / f"analytics-{report['when']}.json").write_text(json.dumps(report, indent=1))

@@ -4,6 +4,8 @@ after is pure DataFrame -> DataFrame; the pipeline writes the results to the war
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,6 +100,10 @@ def session(app: str, master: str | None = None, cores: int = 2,
         conf = {k: v for k, v in conf.items() if k not in STATIC_CONF}
     elif master:
         builder = builder.master(master)
+        # The Python workers of Arrow functions (the estimated time lag's) run this
+        # interpreter, as spark-submit's do (``submit.environment``): pyspark's default is
+        # whichever ``python3`` is first on PATH, without this package or pyarrow.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if driver_memory and not remote:  # only takes effect when this call starts the JVM
         conf["spark.driver.memory"] = driver_memory
     for key, value in conf.items():
