@@ -426,6 +426,21 @@ def test_group_status_rolls_up_the_worst_partition(spark: SparkSession) -> None:
     assert (latest["worst_topic"], latest["worst_partition"]) == ("t", 1)
 
 
+def test_group_status_picks_one_worst_partition_among_equals_whatever_the_row_order(
+        spark: SparkSession) -> None:
+    # Two stopped partitions of equal lag: the same one named, however the rows arrive.
+    rows = [("c", T0 + timedelta(minutes=m), "g", topic, 0, 100, 100 + 5 + m, 5 + m)
+            for m in range(12) for topic in ("a", "b")]
+    groups = [_group_row(T0 + timedelta(minutes=m), "g", 0) for m in range(12)]
+    picks = set()
+    for ordered in (rows, rows[::-1]):
+        partitions = partition_status(spark.createDataFrame(ordered, SCHEMA).repartition(3),
+                                      spark.createDataFrame(groups, GROUPS))
+        latest = group_status(partitions).orderBy("snapshot_ts").collect()[-1]
+        picks.add((latest["worst_topic"], latest["worst_partition"]))
+    assert picks == {("b", 0)}
+
+
 def _longest_pause_by_definition(rows: list[tuple[float, int]], history_s: float
                                  ) -> list[float | None]:
     """Straight from the definition, per row: the advances of the last ``history_s`` before

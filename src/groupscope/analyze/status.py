@@ -514,8 +514,10 @@ def group_status(partitions: DataFrame) -> DataFrame:
         rolled_up = F.when(F.col("_severity") == severity(g), g.value).otherwise(rolled_up)
     counts = [F.sum((status == s.value).cast("int")).cast("int").alias(count_column(s))
               for s in PartitionStatus]
+    # Of partitions equally bad (same severity and lag), the last by topic and partition: one
+    # pick whatever order the rows arrive in, so reruns give the same row.
     worst = F.max_by(F.struct("topic", "partition", "status", "reason"),
-                     F.struct(rank, F.col("lag")))
+                     F.struct(rank, F.col("lag"), F.col("topic"), F.col("partition")))
     return (partitions.groupBy("cluster", "snapshot_ts", "group_id")
             .agg(F.max(rank).alias("_severity"), *counts, worst.alias("_worst"))
             .select("cluster", "snapshot_ts", "group_id", rolled_up.alias("status"),
