@@ -86,13 +86,14 @@ def streams_libs(version: str = DEFAULT_KAFKA_VERSION) -> Path:
 
 def maven_libs(pom_name: str, libs: Path, properties: dict[str, str], what: str) -> Path:
     """Copies the dependencies of a packaged pom into ``libs`` with Maven, once. Processes
-    that want the same jars at once (test workers, a demo beside a test run) take turns: the
-    one that comes second finds them complete, never jars another is still writing."""
+    that fetch jars at once (test workers, a demo beside a test run) take turns, one Maven at
+    a time on the one local repository: the second finds the jars complete, never jars
+    another is still writing."""
     done = libs / ".complete"
     if done.exists():
         return libs
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / f".{libs.name}.lock", "w") as lock:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / ".maven.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
             return libs
