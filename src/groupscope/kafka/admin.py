@@ -82,13 +82,13 @@ class AdminConnection:
         return [(m.group(1), m.group(2)) for line in self._recent.lines
                 if (m := _REASON.match(line))]
 
-    def security_failure(self) -> str | None:
+    def security_failure(self, reasons: list[tuple[str, str]] | None = None) -> str | None:
         """What to fix, if a connection failed on the security settings (which no retry
-        cures), else None."""
+        cures), else None. ``reasons``: ``_reasons()``, when the caller has them already."""
         def expired_on() -> datetime | None:
             return _expired_on(self.client, datetime.now(UTC))
 
-        for address, reason in reversed(self._reasons()):
+        for address, reason in reversed(self._reasons() if reasons is None else reasons):
             explained = explain(reason, self.client,
                                 functools.partial(_verify_message, address, self.client),
                                 expired_on)
@@ -98,12 +98,13 @@ class AdminConnection:
 
     def diagnosis(self) -> str | None:
         """Why the brokers could not be reached, as librdkafka last said it, or None."""
-        reasons = [reason for _, reason in self._reasons()]
-        if not reasons:
+        found = self._reasons()
+        if not found:
             return None
-        explained = self.security_failure()
+        explained = self.security_failure(found)
         if explained:
             return explained
+        reasons = [reason for _, reason in found]
         auth = [r for r in reasons if _AUTH.search(r)]
         reason = (auth or reasons)[-1]
         return f"authentication failed: {reason}" if auth else reason
