@@ -114,21 +114,23 @@ def _load_backlog(args: argparse.Namespace) -> int:
     clusters = [args.cluster] if args.cluster else sorted(
         {layout.manifest_cluster(m) for m in layout.manifest_paths(landing)})
     loaded, rejected = 0, 0
-    for cluster in clusters:
-        # A run that rejects a snapshot loads nothing (the DAG's rule); the rejected are
-        # marked, so the next run of the gate passes over them and loads the rest.
-        while True:
-            try:
-                loaded += len(pipeline.check_and_load(
-                    args.url, landing, cluster, datetime.now(UTC), sys.maxsize, ALL_LANDED))
-                break
-            except pipeline.WarehouseUnreachable as exc:
-                raise CliError(f"{exc}", EXIT_UNAVAILABLE) from None
-            except pipeline.StageFailed as exc:
-                raise CliError(str(exc)) from None
-            except quality.QualityGateFailed as exc:
-                rejected += sum(not r.success for r in exc.results)
-                print(f"cluster {cluster}: {exc}", file=sys.stderr)
+    try:
+        for cluster in clusters:
+            # A run that rejects a snapshot loads nothing (the DAG's rule); the rejected are
+            # marked, so the next run of the gate passes over them and loads the rest.
+            while True:
+                try:
+                    loaded += len(pipeline.check_and_load(
+                        args.url, landing, cluster, datetime.now(UTC), sys.maxsize,
+                        ALL_LANDED))
+                    break
+                except quality.QualityGateFailed as exc:
+                    rejected += sum(not r.success for r in exc.results)
+                    print(f"cluster {cluster}: {exc}", file=sys.stderr)
+    except pipeline.WarehouseUnreachable as exc:
+        raise CliError(str(exc), EXIT_UNAVAILABLE) from None
+    except pipeline.StageFailed as exc:
+        raise CliError(str(exc)) from None
     print(f"loaded {loaded} landed snapshot(s) not yet in the warehouse"
           + (f"; {rejected} failed the checks and were rejected (marked in the landing zone)"
              if rejected else ""))
