@@ -287,7 +287,10 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
     last_commit = started
     try:
         while not stopping.is_set():
-            if stop_after is not None and time.monotonic() - started > stop_after:
+            if stop_after is not None and time.monotonic() - started > stop_after \
+                    and _all_committed(consumer):
+                # not before every owned partition has a commit: a group that empties before
+                # it commits anything is deleted (a slow join on a loaded machine did that)
                 break
             if rate[0] == 0:  # a handler that never returns: no poll, no commit
                 time.sleep(0.2)
@@ -310,6 +313,17 @@ def run_member(bootstrap: str, spec: GroupSpec, index: int, stop_after: float | 
         with contextlib.suppress(Exception):
             consumer.commit(asynchronous=False)
         consumer.close()  # a graceful leave: LeaveGroup, no session-timeout wait
+
+
+def _all_committed(consumer: Any) -> bool:
+    """Whether the group holds a committed offset for every partition this member owns."""
+    assignment = consumer.assignment()
+    if not assignment:
+        return False
+    try:
+        return all(tp.offset >= 0 for tp in consumer.committed(assignment, timeout=5))
+    except Exception:  # the coordinator is busy: ask again on the next turn
+        return False
 
 
 def run_producer(bootstrap: str, rate: float) -> None:
