@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -328,6 +328,32 @@ def test_the_warehouse_loads_the_new_kinds(setup: Setup, snap: Snapshot, tmp_pat
     stopped = _group(snap, setup.share_stopped)
     assert lag == sum(p.lag or 0 for p in stopped.share_partitions)
     assert tasks == 4 and epochs == _group(snap, setup.streams_app).topology_epoch
+
+
+def test_the_marts_gate_passes_a_share_group_without_members(
+        setup: Setup, postgres: Any, warehouse_engine: Any, spark: Any, tmp_path: Path) -> None:
+    """The stopped share group has start offsets and no member: the lag mart has its rows, and
+    the marts gate counts them as expected (it failed the ./run demo's killed queue)."""
+    from sqlalchemy import text
+
+    from groupscope import pipeline
+    from groupscope.contract.cluster import ClusterConfig
+
+    cluster, now = unique("kinds-gate"), datetime.now(UTC)
+    pipeline.collect(ClusterConfig(cluster, {"bootstrap.servers": setup.bootstrap}), tmp_path,
+                     now, 15.0, java_classpath=CLASSPATH)
+    pipeline.check_and_load(postgres.url, tmp_path, cluster, now)
+    live = pipeline.live_analytics(spark, postgres.url, tmp_path, cluster, now)
+    assert live["snapshots"] == 1, live
+    with warehouse_engine.connect() as conn:
+        members = conn.execute(text(
+            "SELECT count(*), count(member_id) FROM mart.partition_lag "
+            "WHERE cluster = :c AND group_id = :g"), {"c": cluster, "g": setup.share_stopped}
+        ).one()
+    assert tuple(members) == (2, 0)  # two partitions, no member owns them
+    checked = pipeline.gate_marts(postgres.url, cluster, now - timedelta(minutes=1),
+                                  datetime.now(UTC), datetime.now(UTC))
+    assert checked["expectations"] > 0
 
 
 @pytest.mark.kafka39

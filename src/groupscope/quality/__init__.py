@@ -235,14 +235,19 @@ _MART_QUERIES = {
         WHERE cluster = :cluster AND period_start >= :start AND period_start < :end""",
     "group_skew": """SELECT max_minus_min, members FROM mart.group_skew
         WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end""",
-    # Per loaded snapshot: the partitions a group committed or owned (what the lag job must
-    # have a row for) against the rows it wrote.
+    # Per loaded snapshot: the partitions a group committed, owned or holds a share start
+    # offset on (what the lag job must have a row for) against the rows it wrote. (Without
+    # the share offsets, a share group with no member failed the gate: the ./run demo's
+    # killed queue.)
     "lag_coverage": """
         WITH s AS (SELECT cluster, snapshot_ts FROM raw.snapshots
                    WHERE cluster = :cluster AND snapshot_ts >= :start AND snapshot_ts < :end),
         raw_rows AS (
             SELECT cluster, snapshot_ts, group_id, topic, partition FROM raw.committed_offsets
             JOIN s USING (cluster, snapshot_ts)
+            UNION
+            SELECT cluster, snapshot_ts, group_id, topic, partition
+            FROM raw.share_partition_offsets JOIN s USING (cluster, snapshot_ts)
             UNION
             SELECT cluster, snapshot_ts, group_id, topic, partition FROM raw.member_assignments
             JOIN s USING (cluster, snapshot_ts) WHERE kind = 'current')
