@@ -231,6 +231,16 @@ def create_topics(bootstrap: str, topics: dict[str, int] | None = None) -> None:
                 raise RuntimeError(f"creating topic {topic} failed: {exc}") from exc
 
 
+# The classic members' session timeout: longer than two of ./run's 15 s snapshot intervals, so
+# a kill -9 is seen as it is. A member that vanishes within one interval of its last commit
+# reads as a LeaveGroup to the causes (they tell a crash by the snapshots that still list a
+# member after its commits stopped); with 6 s the demo's crashes were named clean leaves.
+SESSION_TIMEOUT_MS = 30_000
+# The churning group's: a join waits for every listed member to rejoin, a crashed one until
+# its session expires, so a long session would turn the storm into a stop.
+CHURN_SESSION_TIMEOUT_MS = 6_000
+
+
 def consumer_config(bootstrap: str, spec: GroupSpec, index: int) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
@@ -242,7 +252,8 @@ def consumer_config(bootstrap: str, spec: GroupSpec, index: int) -> dict[str, An
     if spec.protocol == "consumer":
         config["group.protocol"] = "consumer"
     else:
-        config["session.timeout.ms"] = 10_000 if spec.static else 6_000
+        config["session.timeout.ms"] = (CHURN_SESSION_TIMEOUT_MS if spec.churn
+                                        else SESSION_TIMEOUT_MS)
         config["heartbeat.interval.ms"] = 1_000
         if spec.assignor:
             config["partition.assignment.strategy"] = spec.assignor
