@@ -93,6 +93,29 @@ def test_the_same_member_once_expired_is_a_crash_not_a_leave() -> None:
     assert "no LeaveGroup" in found[0].evidence
 
 
+def test_a_member_that_held_a_rebalance_longer_than_a_session_hung() -> None:
+    # its commits stop at 6; a join at 8 starts a rebalance that waits for it until 19
+    gone = Change("left", ts(19), ts(18), ALICE)
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=6)}, listed=(),
+                          members_at=lambda i: 1 if i < 19 else 0, changes=[gone],
+                          state=lambda i: "PreparingRebalance" if 8 <= i < 19 else "Stable"),
+                 "group_status_err")
+    assert kinds(found)[0] == "member_hung"
+    assert "held the group's rebalance until the coordinator removed it by 10:04:45Z" in \
+        found[0].evidence
+    assert "max.poll.interval.ms" in found[0].evidence
+
+
+def test_a_dead_member_a_rebalance_waited_for_briefly_crashed() -> None:
+    # killed at 16; a join at 17 starts a rebalance its session expiry ends 30 s later
+    gone = Change("left", ts(19), ts(18), ALICE)
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=16)}, listed=(),
+                          members_at=lambda i: 1 if i < 19 else 0, changes=[gone],
+                          state=lambda i: "PreparingRebalance" if 17 <= i < 19 else "Stable"),
+                 "group_status_err")
+    assert kinds(found)[0] == "member_crashed"
+
+
 def test_a_member_that_committed_until_it_left_left_cleanly() -> None:
     gone = Change("left", ts(19), ts(18), ALICE)
     found = rank(evidence(20, {("orders", 0): steady(stop_at=18)}, listed=(),

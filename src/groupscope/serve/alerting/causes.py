@@ -12,6 +12,9 @@ function of that evidence and the condition the alert is about. The causes it kn
   when its session times out, a hung one when ``max.poll.interval.ms`` passes);
 - ``member_crashed``: a member that stopped committing and stayed listed until the coordinator
   removed it (session expiry: no LeaveGroup);
+- ``member_hung``: a member that stopped committing, and held the group's rebalance longer
+  than a session until the coordinator removed it (``max.poll.interval.ms``: it stopped
+  polling while its heartbeats went on);
 - ``member_left``: a member that committed up to its last listing and was gone at the next
   (a LeaveGroup: a clean close, a scale-down);
 - ``stuck_on_record``: one partition's committed offset frozen while the same member's other
@@ -54,6 +57,9 @@ RECENT_INTERVALS = 5
 SURGE_FACTOR = 3.0
 STORM_GENERATIONS = 6  # in the look-back: fewer is the churn of ordinary restarts
 MAX_CAUSES = 3
+# The consumers' default session.timeout.ms: a member removed after holding a rebalance longer
+# than this was heartbeating (hung), not dead. A longer session than this is rare.
+USUAL_SESSION = timedelta(seconds=45)
 MAX_NAMED = 3  # members named in one evidence line
 
 
@@ -167,6 +173,7 @@ _FAMILY = {"group_status_err": "err", "group_empty_lag_growing": "stop",
 _WEIGHT: Mapping[str, Mapping[str, float]] = {
     "members_silent": {"err": 95, "stop": 60, "lag": 45},
     "member_crashed": {"err": 100, "stop": 100, "lag": 50, "stuck": 60},
+    "member_hung": {"err": 100, "stop": 100, "lag": 50, "stuck": 60},
     "member_left": {"err": 90, "stop": 100, "lag": 40, "stuck": 40},
     "rebalance_waits": {"stuck": 100, "err": 100, "lag": 80},
     "stuck_on_record": {"err": 100, "stop": 50, "lag": 85},
@@ -289,12 +296,23 @@ def _silence(evidence: Evidence, progress: Mapping[tuple[str, int], list[Partiti
     return None
 
 
+def _held_a_rebalance(evidence: Evidence, after: datetime, removed: datetime) -> bool:
+    """The group rebalanced, from a snapshot after a member's last commit until it was removed,
+    for longer than a session: the coordinator waited for it to rejoin and removed it when the
+    rebalance timed out (max.poll.interval.ms), so its heartbeats went on: it hung. A dead
+    member is removed at its session timeout, rebalance or not."""
+    began = min((p.ts for p in evidence.points
+                 if after < p.ts < removed and p.state in REBALANCING), default=None)
+    return began is not None and removed - began > USUAL_SESSION
+
+
 def _membership(evidence: Evidence, family: str) -> list[Found]:
     if family == "storm":
         return _churn(evidence)
     found: list[Found] = []
     progress = _progress(evidence)
     crashed: list[tuple[Member, datetime, datetime]] = []
+    hung: list[tuple[Member, datetime, datetime]] = []
     left: list[tuple[Member, datetime, datetime]] = []
     unclear: list[tuple[Member, datetime]] = []
     for change in evidence.changes:
@@ -305,7 +323,8 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
         if last is True:
             left.append((change.member, change.before, change.at))
         elif isinstance(last, datetime) and _waiting(evidence, keys, change.before):
-            crashed.append((change.member, last, change.at))
+            (hung if _held_a_rebalance(evidence, last, change.at) else crashed).append(
+                (change.member, last, change.at))
         else:
             unclear.append((change.member, change.at))
     if crashed:
@@ -318,6 +337,17 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
             f" listed until the coordinator removed {'them' if len(crashed) > 1 else 'it'}"
             f" by {_clock(newest)}, {_seconds(silent)} later: a session that expired, no"
             " LeaveGroup (killed, OOM, host lost)", newest))
+    if hung:
+        newest = max(at for _, _, at in hung)
+        silent = max((gone - last).total_seconds() for _, last, gone in hung)
+        found.append((
+            "member_hung", "member hung (stopped polling), then removed",
+            f"{_names([m for m, _, _ in hung])} stopped committing"
+            f" (last commit seen {_clock(min(last for _, last, _ in hung))}) and held the"
+            f" group's rebalance until the coordinator removed"
+            f" {'them' if len(hung) > 1 else 'it'} by {_clock(newest)}, {_seconds(silent)}"
+            " later: its poll loop blocked while its heartbeats went on, until"
+            " max.poll.interval.ms (the rebalance timeout) passed", newest))
     if left:
         newest = max(at for _, _, at in left)
         found.append((
