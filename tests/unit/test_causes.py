@@ -39,8 +39,13 @@ def evidence(snapshots: int, partitions: dict[tuple[str, int], History], *,
              complete: Callable[[int], bool] = lambda i: True, generations: int = 1,
              state: Callable[[int], str] | None = None,
              unreconciled: dict[str, tuple[int, int]] | None = None,
-             leader: Callable[[int, tuple[str, int]], int] = lambda i, key: 1) -> Evidence:
-    """A history returning None for the high watermark: not read (its leader down)."""
+             leader: Callable[[int, tuple[str, int]], int] = lambda i, key: 1,
+             early: timedelta = timedelta(0)) -> Evidence:
+    """A history returning None for the high watermark: not read (its leader down). ``early``:
+    the newest snapshot came that much before its time."""
+    def ts(i: int) -> datetime:
+        return T0 + i * EVERY - (early if i == snapshots - 1 else timedelta(0))
+
     points, parts, totals = [], [], []
     for i in range(snapshots):
         produced = committed = lag = 0
@@ -80,6 +85,13 @@ def test_a_killed_member_still_listed_is_named_alone_on_a_quiet_cluster() -> Non
     assert found[0].evidence.startswith(
         "member m-alice (client orders-svc-1, host /10.0.0.1) still listed")
     assert "not committed since 10:04:00Z" in found[0].evidence
+
+
+def test_a_member_silent_since_a_snapshot_that_came_early_is_named() -> None:
+    # the STOP fires at the first snapshot without a commit; that snapshot came 0.2 s early
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=18)},
+                          early=timedelta(seconds=0.2)), "group_status_err")
+    assert kinds(found) == ["members_silent"]
 
 
 def test_the_same_member_once_expired_is_a_crash_not_a_leave() -> None:
