@@ -320,6 +320,47 @@ def test_offsets_below_log_start_and_beyond_high_watermark_are_reported(
     assert rows[1]["below_log_start"] is False
 
 
+def test_an_owner_deleting_what_it_just_committed_is_no_loss(kafka: KafkaCluster) -> None:
+    """A Kafka Streams application deletes its repartition topics' records up to what it has
+    just committed. When that happens between the collector's OffsetFetch and its ListOffsets,
+    the offset read is below the log start read after it: the ./run demo's Streams application
+    raised a false LAG BEYOND RETENTION so. The group is read again, and is no loss."""
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    topic, group = unique("repartition"), unique("streams-like")
+    create_topic(kafka.bootstrap, topic, 1)
+    produce_counts(kafka.bootstrap, topic, [60])
+    commit_offsets(kafka.bootstrap, group, {(topic, 0): 10})
+    real = admin(kafka.bootstrap)
+    fetches: list[int] = []
+
+    class PurgesAfterTheFetch:
+        """The real admin client; the first time the group's offsets have been fetched, its
+        owner commits 40 and deletes the records below it, for real."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def list_consumer_group_offsets(self, request: list, **kw: object) -> object:
+            answer = real.list_consumer_group_offsets(request, **kw)
+            if request[0].group_id == group:
+                fetches.append(1)
+                if len(fetches) == 1:
+                    for future in answer.values():
+                        future.result()  # read before the purge
+                    commit_offsets(kafka.bootstrap, group, {(topic, 0): 40})
+                    for future in real.delete_records([KafkaTP(topic, 0, 40)]).values():
+                        future.result()
+            return answer
+
+    snapshot = take_snapshot(kafka.bootstrap, admin_client=PurgesAfterTheFetch())
+    (offset,) = _group(snapshot, group).offsets
+    log = snapshot.partition_offsets()[TopicPartition(topic, 0)]
+    assert len(fetches) == 2  # read again, once
+    assert (log.log_start, offset.offset, log.high_watermark) == (40, 40, 60)
+    assert snapshot.complete, snapshot.errors
+
+
 def test_a_committed_offset_on_a_transaction_marker_has_no_record_to_wait_for(
         kafka: KafkaCluster) -> None:
     """A consumer that commits what it processed stops on the marker a transaction leaves (a

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import groupscope
 from groupscope.collect.assemble import (
+    apparent_losses,
     assemble_groups,
     assemble_snapshot,
     classic_descriptions,
@@ -20,6 +21,7 @@ from groupscope.collect.assemble import (
     partition_offsets,
     record_timestamp_requests,
     touched_partitions,
+    with_rereads,
 )
 from groupscope.contract.model import (
     CollectionError,
@@ -337,3 +339,28 @@ def test_a_kip848_group_reported_unknown_with_a_member_off_its_target_is_reconci
     assert consumer_group_state(consumer, "Unknown", settled) == "Unknown"
     assert consumer_group_state(consumer, "Stable", [blocked, joiner]) == "Stable"
     assert consumer_group_state(classic, "Unknown", [blocked, joiner]) == "Unknown"
+
+
+def _offsets_group(group_id: str, *offsets: tuple[int, int | None]) -> Group:
+    return Group(group_id, GroupType.CLASSIC, "Stable", "consumer", "range", 1, 1, (),
+                 tuple(CommittedOffset("t", p, o) for p, o in offsets))
+
+
+def test_a_reread_replaces_only_the_suspect_offsets_and_their_ends() -> None:
+    # "skew": partition 0 read at 10 under a log start of 40 (its owner purged after
+    # committing 40); "lost": 5 under 40, and still 5 when read again; partition 1 is fine.
+    groups = [_offsets_group("skew", (0, 10), (1, 7)), _offsets_group("lost", (0, 5)),
+              _offsets_group("fine", (0, 45))]
+    logs = [PartitionOffsets("t", 0, 40, 60, 60), PartitionOffsets("t", 1, 0, 9, 9)]
+    suspects = apparent_losses(groups, logs)
+    assert suspects == {"skew": [TopicPartition("t", 0)], "lost": [TopicPartition("t", 0)]}
+    fixed, ends = with_rereads(
+        groups, logs, suspects,
+        {"skew": [CommittedOffset("t", 0, 41), CommittedOffset("t", 1, 8)],
+         "lost": [CommittedOffset("t", 0, 5)]},
+        [PartitionOffsets("t", 0, 44, 66, 65)])
+    offsets = {g.group_id: [o.offset for o in g.offsets] for g in fixed}
+    assert offsets == {"skew": [41, 7], "lost": [5], "fine": [45]}
+    # the later ends, and the first log start (a later one could pass the reread offset)
+    assert ends == [PartitionOffsets("t", 0, 40, 66, 65), PartitionOffsets("t", 1, 0, 9, 9)]
+    assert apparent_losses(fixed, ends) == {"lost": [TopicPartition("t", 0)]}

@@ -307,6 +307,52 @@ def touched_partitions(
     return known
 
 
+def apparent_losses(groups: Iterable[Group], partitions: Iterable[PartitionOffsets]
+                    ) -> dict[str, list[TopicPartition]]:
+    """The partitions, per group, whose committed offset is below the log start as read: lost
+    records, or a read skew. The committed offsets are read before the log start, and an
+    owner that deletes what it has just committed (a Kafka Streams application's repartition
+    topics, DeleteRecords) moves the log start past the offset read a moment before."""
+    starts = {(p.topic, p.partition): p.log_start for p in partitions}
+    found: dict[str, list[TopicPartition]] = {}
+    for g in groups:
+        for o in g.offsets:
+            start = starts.get((o.topic, o.partition))
+            if o.offset is not None and start is not None and o.offset < start:
+                found.setdefault(g.group_id, []).append(TopicPartition(o.topic, o.partition))
+    return found
+
+
+def with_rereads(groups: Sequence[Group], partitions: Sequence[PartitionOffsets],
+                 suspects: Mapping[str, Sequence[TopicPartition]],
+                 reread: Mapping[str, Sequence[CommittedOffset]],
+                 later: Sequence[PartitionOffsets]) -> tuple[list[Group], list[PartitionOffsets]]:
+    """The snapshot's groups and partitions with the suspect offsets read again: each
+    suspect partition's committed offset as ``reread`` has it (read after the log start), and
+    its high watermark and last stable offset as ``later`` has them (read after that), so the
+    three are read in the order that cannot skew. Its log start stays the one first read (a
+    later one could pass the reread offset again). A group or partition not read again keeps
+    its first figures: a real loss reads the same the second time."""
+    again = {(group_id, o.topic, o.partition): o
+             for group_id, offsets in reread.items() for o in offsets}
+    wanted = {(group_id, tp.topic, tp.partition)
+              for group_id, tps in suspects.items() for tp in tps}
+    fixed = []
+    for g in groups:
+        if g.group_id in suspects:
+            g = dataclasses.replace(g, offsets=tuple(
+                again.get((g.group_id, o.topic, o.partition), o)
+                if (g.group_id, o.topic, o.partition) in wanted else o for o in g.offsets))
+        fixed.append(g)
+    ends = {(p.topic, p.partition): p for p in later
+            if p.high_watermark is not None}
+    return fixed, [
+        dataclasses.replace(p, high_watermark=ends[key].high_watermark,
+                            last_stable=ends[key].last_stable)
+        if (key := (p.topic, p.partition)) in ends else p
+        for p in partitions]
+
+
 def partition_offsets(
     partitions: Iterable[TopicPartition],
     values: Mapping[OffsetKind, Mapping[TopicPartition, int]],

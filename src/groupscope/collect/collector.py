@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from groupscope.collect.assemble import (
+    apparent_losses,
     assemble_groups,
     assemble_snapshot,
     classic_descriptions,
@@ -47,6 +48,7 @@ from groupscope.collect.assemble import (
     partition_offsets,
     record_timestamp_requests,
     touched_partitions,
+    with_rereads,
 )
 from groupscope.collect.policy import (
     CLUSTER_UNREACHABLE,
@@ -236,6 +238,7 @@ class Collector:
         groups += kind_groups_found
         touched = touched_partitions(groups, metadata, errors)
         partitions = self._partition_offsets(touched, errors, metadata.partition_leaders)
+        groups, partitions = self._reread_losses(groups, partitions, metadata, notes)
         record_timestamps = self._record_timestamps(groups, partitions, errors)
         retention = self._retention(sorted({p.topic for p in partitions}), errors)
         return assemble_snapshot(self.cluster, snapshot_ts, metadata, groups, partitions,
@@ -487,6 +490,26 @@ class Collector:
                 offsets.append(offset)
             committed[group_id] = tuple(sorted(offsets, key=lambda o: (o.topic, o.partition)))
         return committed
+
+    def _reread_losses(self, groups: list[Group], partitions: tuple[PartitionOffsets, ...],
+                       metadata: ClusterMetadata, notes: list[str]
+                       ) -> tuple[list[Group], tuple[PartitionOffsets, ...]]:
+        """Reads again the groups whose committed offsets look below the log start, then
+        those partitions' high watermarks (``apparent_losses``, ``with_rereads``): a loss is
+        paged as critical, so a read skew must not look like one. Rare, and bounded by the
+        groups it concerns. A reread that fails keeps the first reading, and a note says so."""
+        suspects = apparent_losses(groups, partitions)
+        if not suspects:
+            return groups, partitions
+        failed: list[CollectionError] = []
+        reread = self._committed_offsets(sorted(suspects), failed)
+        later = self._partition_offsets(
+            sorted({tp for tps in suspects.values() for tp in tps}), failed,
+            metadata.partition_leaders)
+        notes += [f"rereading the offsets below the log start failed (the first reading "
+                  f"stands): {e.group_id or e.topic}: {e.message}" for e in failed]
+        fixed, offsets = with_rereads(groups, partitions, suspects, reread, later)
+        return fixed, tuple(offsets)
 
     # -- 5. partition offsets --------------------------------------------------------------
     def _partition_offsets(
