@@ -296,6 +296,19 @@ def _silence(evidence: Evidence, progress: Mapping[tuple[str, int], list[Partiti
     return None
 
 
+def _removed(kind: str, title: str, removed: Sequence[tuple[Member, datetime, datetime]],
+             meanwhile: str, why: str) -> Found:
+    """Members that stopped committing, then were removed by the coordinator: who, their
+    last commit, what they did ``meanwhile``, when they were gone, and ``why``."""
+    newest = max(at for _, _, at in removed)
+    silent = max((gone - last).total_seconds() for _, last, gone in removed)
+    return (kind, title,
+            f"{_names([m for m, _, _ in removed])} stopped committing"
+            f" (last commit seen {_clock(min(last for _, last, _ in removed))}) and {meanwhile}"
+            f" until the coordinator removed {'them' if len(removed) > 1 else 'it'}"
+            f" by {_clock(newest)}, {_seconds(silent)} later: {why}", newest)
+
+
 def _held_a_rebalance(evidence: Evidence, after: datetime, removed: datetime) -> bool:
     """The group rebalanced, from a snapshot after a member's last commit until it was removed,
     for longer than a session: the coordinator waited for it to rejoin and removed it when the
@@ -328,26 +341,15 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
         else:
             unclear.append((change.member, change.at))
     if crashed:
-        newest = max(at for _, _, at in crashed)
-        silent = max((gone - last).total_seconds() for _, last, gone in crashed)
-        found.append((
-            "member_crashed", "member crashed",
-            f"{_names([m for m, _, _ in crashed])} stopped committing"
-            f" (last commit seen {_clock(min(last for _, last, _ in crashed))}) and stayed"
-            f" listed until the coordinator removed {'them' if len(crashed) > 1 else 'it'}"
-            f" by {_clock(newest)}, {_seconds(silent)} later: a session that expired, no"
-            " LeaveGroup (killed, OOM, host lost)", newest))
+        found.append(_removed(
+            "member_crashed", "member crashed", crashed, "stayed listed",
+            "a session that expired, no LeaveGroup (killed, OOM, host lost)"))
     if hung:
-        newest = max(at for _, _, at in hung)
-        silent = max((gone - last).total_seconds() for _, last, gone in hung)
-        found.append((
-            "member_hung", "member hung (stopped polling), then removed",
-            f"{_names([m for m, _, _ in hung])} stopped committing"
-            f" (last commit seen {_clock(min(last for _, last, _ in hung))}) and held the"
-            f" group's rebalance until the coordinator removed"
-            f" {'them' if len(hung) > 1 else 'it'} by {_clock(newest)}, {_seconds(silent)}"
-            " later: its poll loop blocked while its heartbeats went on, until"
-            " max.poll.interval.ms (the rebalance timeout) passed", newest))
+        found.append(_removed(
+            "member_hung", "member hung (stopped polling), then removed", hung,
+            "held the group's rebalance",
+            "its poll loop blocked while its heartbeats went on, until max.poll.interval.ms"
+            " (the rebalance timeout) passed"))
     if left:
         newest = max(at for _, _, at in left)
         found.append((
