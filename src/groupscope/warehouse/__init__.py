@@ -618,6 +618,16 @@ def _create_reader_role(conn: Any, password: str, owner: str | None) -> None:
     driver.cursor().execute(_PSQL_VARIABLE.sub(substitute, reader_role_sql()))
 
 
+# libpq's words for a server certificate that sslmode=verify-ca/verify-full refuses, and
+# what the one line tells the user to change.
+_TLS_FIXES = (
+    ("certificate verify failed",
+     "sslrootcert in WAREHOUSE_URL must be the CA that signed the warehouse's certificate"),
+    ("does not match host name",
+     "the host in WAREHOUSE_URL must be a name the warehouse's certificate holds"),
+)
+
+
 class connect:
     """``engine.connect()`` that turns "cannot connect" into WarehouseUnavailable."""
 
@@ -630,10 +640,12 @@ class connect:
             self.conn = self.engine.connect()
         except OperationalError as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            raise WarehouseUnavailable(
-                f"warehouse {self.engine.url.render_as_string(hide_password=True)} "
-                f"is unreachable: {reason}"
-            ) from None
+            where = f"warehouse {self.engine.url.render_as_string(hide_password=True)}"
+            fix = next((fix for symptom, fix in _TLS_FIXES if symptom in reason), None)
+            if fix:
+                raise WarehouseUnavailable(
+                    f"{where} failed TLS verification: {reason}; {fix}") from None
+            raise WarehouseUnavailable(f"{where} is unreachable: {reason}") from None
         return self.conn
 
     def __exit__(self, *exc: object) -> None:
