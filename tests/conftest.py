@@ -5,6 +5,7 @@ themselves with unique names."""
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import sys
 import uuid
@@ -27,6 +28,10 @@ from groupscope_dev.spark_connect import SparkConnectServer
 from groupscope_dev.tls import CLIENT_NAME
 
 KAFKA_39 = "3.9.2"
+
+# py4j logs "Closing down clientserver connection" at INFO from a destructor at interpreter
+# exit, after pytest has closed the streams: a traceback per worker in every run's output.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def unique(prefix: str) -> str:
