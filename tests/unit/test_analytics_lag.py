@@ -197,6 +197,24 @@ def test_a_deleting_log_forecasts_the_loss_when_the_lag_eats_the_headroom(
     assert third["loss_in_s"] == pytest.approx(140 / 6) and third["loss_basis"] == "log_start"
 
 
+def test_the_forecast_starts_afresh_on_a_re_created_topic(spark: SparkSession) -> None:
+    # Deleted and re-created at 60 s: the group starts again from 0 and consumes 4/s of the
+    # new log's 10/s; the new log deletes by size from 120 s on. Its start (150) is below the
+    # old log's (500, 650): compared with those, it never "moved"; the growth from the old
+    # lag (480) to the new (10) is no rate either.
+    rows = mart(spark, [committed(0, 700), committed(30, 820), committed(60, 0),
+                        committed(90, 120), committed(120, 240)],
+                [log(0, 1000, start=500), log(30, 1300, start=650), log(60, 10, start=0),
+                 log(90, 310, start=0), log(120, 610, start=150)],
+                topics=[dict(topic(t), retention_bytes=1_000_000) for t in (0, 30, 60, 90, 120)])
+    recreated, _, last = rows[2:]
+    assert recreated["lag_growth_rate"] is None
+    # the lag grew (310 - 120) - (10 - 0) = 180 in 30 s; headroom 240 - 150 = 90
+    assert last["lag_growth_rate"] == pytest.approx(6.0)
+    assert last["loss_in_s"] == pytest.approx(15.0) and last["loss_basis"] == "log_start"
+    assert "segment" not in rows[0]
+
+
 def test_a_consumer_that_keeps_up_gets_no_forecast(spark: SparkSession) -> None:
     # The same deleting log, consumed at 10/s: the lag does not grow, nothing is lost.
     rows = mart(spark, [committed(0, 490), committed(30, 790), committed(60, 1090)],

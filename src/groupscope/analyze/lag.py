@@ -167,7 +167,8 @@ def with_rates(lag: DataFrame, rate_window_s: int = 300) -> DataFrame:
     gain = F.col("consumption_rate") - F.col("production_rate")
     catch_up = (F.when(F.col("lag") <= 0, F.lit(0.0))
                 .when(gain > 0, F.col("lag") / gain))
-    return frame.withColumn("catch_up_s", catch_up).drop("_t", "_us", "segment")
+    # The segment stays for the loss forecast's windows (with_loss_forecast drops it).
+    return frame.withColumn("catch_up_s", catch_up).drop("_t", "_us")
 
 
 def _appended_at(point_us: np.ndarray, point_hw: np.ndarray, query_us: np.ndarray,
@@ -285,7 +286,10 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
     at the committed offset, at the current rates (see the module doc). ``topics``: the landed
     topics table (retention settings per snapshot); None or a null setting drops the time
     bound only."""
-    in_order = Window.partitionBy(*GROUP_PARTITION).orderBy("_us")
+    # Within a history segment (with_rates'), where it has one: across a re-created topic the
+    # lag's growth and the log start's movement compare two different logs.
+    segment = [c for c in ("segment",) if c in lag.columns]
+    in_order = Window.partitionBy(*GROUP_PARTITION, *segment).orderBy("_us")
     order = in_order.rangeBetween(-int(history_s * 1_000_000), 0)
     frame = lag.withColumn("_us", F.unix_micros("snapshot_ts"))
     # The lag's growth since the previous snapshot, not over the rates' 5 minutes, nor a
@@ -357,7 +361,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
              .when(second.isNotNull(), F.lit("retention_ms"))
              .when(safe, F.lit("none")))
     return (frame.withColumns({"loss_in_s": loss, "loss_basis": basis})
-            .drop("_us", "_deleting", "_by_log_start", "_by_time", *settings))
+            .drop("_us", "_deleting", "_by_log_start", "_by_time", *settings, *segment))
 
 
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
