@@ -222,6 +222,27 @@ def test_a_coordinator_move_and_a_partial_snapshot_explain_a_stall() -> None:
     assert "ListGroups on broker 2 timed out" in found[1].evidence
 
 
+def test_members_silenced_by_their_coordinators_move_are_not_the_cause() -> None:
+    # The coordinator's broker stops after snapshot 16: the member, still listed, commits
+    # nothing from then on; the group is on broker 1 from snapshot 18 (17 was partial).
+    found = rank(evidence(20, {("orders", 0): steady(stop_at=16)},
+                          coordinator=lambda i: 2 if i < 17 else 1,
+                          complete=lambda i: i != 17),
+                 "group_status_err")
+    assert kinds(found)[:2] == ["coordinator_moved", "broker_unreachable"], found
+    assert "members_silent" not in kinds(found)
+    # Near misses: a member silent since long before the move, or since long after it, is
+    # named (first, when the move is old news).
+    earlier = rank(evidence(20, {("orders", 0): steady(stop_at=10)},
+                            coordinator=lambda i: 2 if i < 17 else 1),
+                   "group_status_err")
+    assert "members_silent" in kinds(earlier), earlier
+    later = rank(evidence(20, {("orders", 0): steady(stop_at=16)},
+                          coordinator=lambda i: 2 if i < 5 else 1),
+                 "group_status_err")
+    assert kinds(later)[0] == "members_silent", later
+
+
 def test_a_rewind_while_the_group_was_empty_is_an_offset_reset() -> None:
     def reset(i: int) -> tuple[str | None, int, int]:
         return None, (5000 if i < 12 else 100), 5000

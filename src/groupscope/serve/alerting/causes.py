@@ -210,6 +210,9 @@ def rank(evidence: Evidence, condition: str) -> list[Cause]:
     if any(f[0] == "rebalance_waits" for f in found):
         # A rebalance in progress silences every member: the one it waits for is the cause.
         found = [f for f in found if f[0] != "members_silent"]
+    if any(f[0] == "members_silent" and _silenced_by_the_move(evidence, f[3]) for f in found):
+        # So does a coordinator that goes away: the move is the cause, not the members.
+        found = [f for f in found if f[0] != "members_silent"]
     lookback = max((evidence.at - evidence.points[0].ts).total_seconds()
                    if evidence.points else 0.0, evidence.interval.total_seconds())
     causes = []
@@ -484,11 +487,28 @@ def _storm(evidence: Evidence, family: str) -> list[Found]:
              " rebalances", evidence.first_generation_at)]
 
 
+def _coordinator_moves(evidence: Evidence) -> list[tuple[GroupPoint, GroupPoint]]:
+    """The group's coordinator moves in the look-back: (the last snapshot on the old one, the
+    first on the new one), oldest first."""
+    known = [p for p in evidence.points if p.coordinator is not None]
+    return [(b, a) for b, a in itertools.pairwise(known) if a.coordinator != b.coordinator]
+
+
+def _silenced_by_the_move(evidence: Evidence, silent_since: datetime | None) -> bool:
+    """The members' commits stopped with the coordinator's last move: between the interval
+    before the last snapshot on the old coordinator and the first on the new one. A group's
+    commits go to its coordinator: while it is down, and until the new one has loaded the
+    group and the members have rejoined it, every member is silent, crashed or not."""
+    moves = _coordinator_moves(evidence)
+    if not moves or silent_since is None:
+        return False
+    before, after = moves[-1]
+    return before.ts - evidence.interval <= silent_since <= after.ts
+
+
 def _coordinator(evidence: Evidence) -> list[Found]:
     found: list[Found] = []
-    known = [p for p in evidence.points if p.coordinator is not None]
-    moves = [(b, a) for b, a in itertools.pairwise(known)
-             if a.coordinator != b.coordinator]
+    moves = _coordinator_moves(evidence)
     if moves:
         before, after = moves[-1]
         found.append(("coordinator_moved", "the group's coordinator moved",
