@@ -125,6 +125,8 @@ def test_a_share_group_whose_consumer_is_killed_is_stop_then_resolved(
         assert status == "ERR" and set(partition_rules) <= {
             "progress_stopped", "share_no_members"}, partition_rules
         assert len(mine()) == 1 and "[FIRING]" in mine()[0] and "STOPPED" in mine()[0], mine()
+        # Its position is the start offset: the message says how long it has stood still.
+        assert "1 of 1 partitions' start offsets have not moved for " in mine()[0], mine()
 
         # Restarted: the queue is consumed again, one RESOLVED.
         share_consumer(procs, bootstrap, topic, group, "share-2")
