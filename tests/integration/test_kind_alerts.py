@@ -22,32 +22,26 @@ from typing import Any
 import pytest
 from conftest import _running, unique
 from kafkautil import (
+    JAVA_CLASSPATH,
     Producing,
     admin,
     create_topic,
     create_word_count_topics,
+    kinds_snapshot,
     produce_counts,
+    tool_rows,
     wait_until,
 )
 from pipeline_loop import Loop
 from sqlalchemy import text
 
 from groupscope import pipeline
-from groupscope.collect.collector import Collector, CollectorSettings
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.contract.model import Group
-from groupscope.kafka.java_admin import JavaAdmin
 from groupscope.serve.alerting.airflow_channels import build_channels
 from groupscope.serve.alerting.rules import load_rules
-from groupscope_dev.kafka import KafkaCluster, kafka_libs
-from groupscope_dev.kinds import (
-    STREAMS_GROUP_COMMAND,
-    WORD_COUNT_INPUT,
-    JavaProcesses,
-    run_tool,
-    share_consumer,
-    streams_instance,
-)
+from groupscope_dev import kinds
+from groupscope_dev.kafka import KafkaCluster
 from groupscope_dev.ports import free_port_block
 from groupscope_dev.webhookcatcher import WebhookCatcher
 
@@ -93,8 +87,8 @@ def test_a_share_group_whose_consumer_is_killed_is_stop_then_resolved(
     rules = load_rules(_write(tmp_path / "rules.yaml", RULES))
     loop = Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark,
                 build_channels(rules).channels, rules)
-    loop.java_classpath = str(kafka_libs("4.3.1"))
-    procs = JavaProcesses(tmp_path / "java")
+    loop.java_classpath = JAVA_CLASSPATH
+    procs = kinds.JavaProcesses(tmp_path / "java")
     producing = Producing(bootstrap, topic, 1)
     producing.start()
 
@@ -107,7 +101,7 @@ def test_a_share_group_whose_consumer_is_killed_is_stop_then_resolved(
         return seen
 
     try:
-        consumer = share_consumer(procs, bootstrap, topic, group, "share-1")
+        consumer = kinds.share_consumer(procs, bootstrap, topic, group, "share-1")
         # Consuming: the start offset follows the log at every pass.
         # (The bounds below are generous: a pass's live marts took 25 s to 90 s on a shared
         # machine.)
@@ -129,7 +123,7 @@ def test_a_share_group_whose_consumer_is_killed_is_stop_then_resolved(
         assert "1 of 1 partitions' start offsets have not moved for " in mine()[0], mine()
 
         # Restarted: the queue is consumed again, one RESOLVED.
-        share_consumer(procs, bootstrap, topic, group, "share-2")
+        kinds.share_consumer(procs, bootstrap, topic, group, "share-2")
         wait_until(lambda: loop.once() and len(mine()) >= 2, 600,
                    "a RESOLVED notification for the queue")
         assert loop.last is not None
@@ -178,19 +172,14 @@ def streams_kafka(services_dir: Path) -> Iterator[KafkaCluster]:
 
 
 def _streams_group(bootstrap: str, app: str) -> Group | None:
-    """The group as the collector sees it now (in process: no JVM start per look)."""
-    collector = Collector(admin(bootstrap), "kinds", CollectorSettings(request_timeout_s=15),
-                          java_admin=lambda: JavaAdmin.open({"bootstrap.servers": bootstrap},
-                                                            str(kafka_libs("4.3.1")), 15))
-    snapshot = collector.snapshot(datetime.now(UTC))
-    return next((g for g in snapshot.groups if g.group_id == app), None)
+    return next((g for g in kinds_snapshot(bootstrap).groups if g.group_id == app), None)
 
 
 def _tool_state(bootstrap: str, app: str) -> str:
     """The STATE column of ``kafka-streams-groups.sh --describe --state``."""
-    output = run_tool(STREAMS_GROUP_COMMAND, "--bootstrap-server", bootstrap, "--describe",
-                      "--group", app, "--state")
-    rows = [line.split() for line in output.splitlines() if line.split()[:1] == [app]]
+    output = kinds.run_tool(kinds.STREAMS_GROUP_COMMAND, "--bootstrap-server", bootstrap,
+                            "--describe", "--group", app, "--state")
+    rows = tool_rows(output, app)
     assert len(rows) == 1, output
     return rows[0][-2]  # GROUP COORDINATOR (ID) STATE #MEMBERS
 
@@ -201,13 +190,13 @@ def test_a_streams_group_whose_source_topic_is_deleted_is_not_ready_then_recover
     bootstrap = streams_kafka.bootstrap
     cluster, app = unique("kind-streams"), unique("wordcount")
     config = ClusterConfig(cluster, {"bootstrap.servers": bootstrap})
-    landing, classpath = tmp_path / "landing", str(kafka_libs("4.3.1"))
-    procs = JavaProcesses(tmp_path / "java")
+    landing = tmp_path / "landing"
+    procs = kinds.JavaProcesses(tmp_path / "java")
     taken: list[datetime] = []
 
     def collect() -> datetime:  # the snapshot DAG's collect (a child process, as deployed)
         now = datetime.now(UTC)
-        pipeline.collect(config, landing, now, 15.0, java_classpath=classpath)
+        pipeline.collect(config, landing, now, 15.0, java_classpath=JAVA_CLASSPATH)
         taken.append(now)
         return now
 
@@ -215,18 +204,19 @@ def test_a_streams_group_whose_source_topic_is_deleted_is_not_ready_then_recover
         group = _streams_group(bootstrap, app)
         # Both subtopologies committed: the repartition topic's offsets outlive the source.
         return bool(group and group.state == "Stable" and len(group.members) == 1
-                    and {o.topic for o in group.offsets} > {WORD_COUNT_INPUT})
+                    and {o.topic for o in group.offsets} > {kinds.WORD_COUNT_INPUT})
 
     try:
         create_word_count_topics(bootstrap)
-        produce_counts(bootstrap, WORD_COUNT_INPUT, [3, 2])
-        first = streams_instance(procs, bootstrap, app, "streams-1", tmp_path / "state-1")
+        produce_counts(bootstrap, kinds.WORD_COUNT_INPUT, [3, 2])
+        first = kinds.streams_instance(procs, bootstrap, app, "streams-1",
+                                       tmp_path / "state-1")
         wait_until(stable_and_caught_up, 120, "the streams app Stable, its offsets committed")
         stable = collect()
         assert _tool_state(bootstrap, app) == "Stable"
 
         client = admin(bootstrap)  # must outlive its futures
-        for future in client.delete_topics([WORD_COUNT_INPUT]).values():
+        for future in client.delete_topics([kinds.WORD_COUNT_INPUT]).values():
             future.result()
         wait_until(lambda: (group := _streams_group(bootstrap, app)) is not None
                    and group.state == "NotReady", 60, "the streams group NotReady")
@@ -236,7 +226,7 @@ def test_a_streams_group_whose_source_topic_is_deleted_is_not_ready_then_recover
         # Its client gave up (or will): a new instance, once the topic is back, recovers.
         procs.stop(first)
         create_word_count_topics(bootstrap)
-        streams_instance(procs, bootstrap, app, "streams-2", tmp_path / "state-2")
+        kinds.streams_instance(procs, bootstrap, app, "streams-2", tmp_path / "state-2")
         wait_until(lambda: (group := _streams_group(bootstrap, app)) is not None
                    and group.state == "Stable" and len(group.members) == 1, 120,
                    "the streams app Stable again")
