@@ -192,12 +192,10 @@ def test_a_streams_group_whose_source_topic_is_deleted_is_not_ready_then_recover
     config = ClusterConfig(cluster, {"bootstrap.servers": bootstrap})
     landing = tmp_path / "landing"
     procs = kinds.JavaProcesses(tmp_path / "java")
-    taken: list[datetime] = []
 
     def collect() -> datetime:  # the snapshot DAG's collect (a child process, as deployed)
         now = datetime.now(UTC)
         pipeline.collect(config, landing, now, 15.0, java_classpath=JAVA_CLASSPATH)
-        taken.append(now)
         return now
 
     def stable_and_caught_up() -> bool:
