@@ -16,10 +16,21 @@ interleaved; medians are reported.
   snapshot, JSON to a pipe);
 - Kafka's ``ConsumerGroupCommand --describe --all-groups`` (JVM start included).
 
+The share and streams groups (issue 27): ``--share-groups N`` and ``--streams-groups M``
+add, after the last consumer-group step, N share groups (each with a start offset on every
+partition of one topic, made by AlterShareGroupOffsets) and then M streams groups (Kafka
+Streams applications on the streams protocol, started in this process through JPype, each
+processing one record and committing, then closed): one step each, measured with the
+collector's share and streams round (``--kinds auto``) and without it (``never``),
+interleaved. ``--before SRC`` runs, in each run and interleaved with it, the collector of
+another source tree (``git archive <commit> src``) on the same broker: P1 before and after a
+change.
+
 Results are printed as Markdown and saved under bench/results/.
 
     .venv/bin/python bench/snapshot_bench.py [--groups 500,2000,5000,20000] [--partitions 10]
         [--runs 3] [--connections 1,2,4] [--bootstrap HOST:PORT (an existing broker)]
+        [--share-groups 1000] [--streams-groups 200] [--kinds auto,never] [--before SRC]
 """
 
 from __future__ import annotations
@@ -39,14 +50,21 @@ import time
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 # The dev stack (Kafka from Maven Central) is dev-only: it lives in dev/, not in the wheel.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev"))
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from groupscope_dev.kafka import DEFAULT_KAFKA_VERSION, KafkaCluster, classpath, kafka_libs
+from groupscope_dev.kafka import (
+    DEFAULT_KAFKA_VERSION,
+    KafkaCluster,
+    classpath,
+    kafka_libs,
+    streams_libs,
+)
 from groupscope_dev.ports import free_port_block
 
 CHILD = r"""
@@ -57,7 +75,10 @@ from groupscope.collect.collector import CollectorSettings, take_snapshot
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.contract.model import Snapshot
 from groupscope.pipeline import collect, land_snapshot
-bootstrap, concurrency, connections = sys.argv[1], sys.argv[2], sys.argv[3]
+bootstrap, concurrency, connections, kinds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+# The share and streams groups' round (Kafka's Java Admin client), when a classpath is given
+# (a source tree from before it has no such settings: none are passed to it).
+java = {"group_kinds": kinds, "java_classpath": sys.argv[5]} if kinds != "default" else {}
 # What landing imports on first use (pyarrow's pandas among them) is a once-per-process
 # cost, the same at every scale: paid here, reported apart, not in the landing's time.
 started = time.perf_counter()
@@ -65,7 +86,8 @@ with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
     land_snapshot(Snapshot("warm-up", datetime.now(UTC), (), (), ()), Path(landing))
 imports_s = time.perf_counter() - started
 settings = CollectorSettings(**{k: int(v) for k, v in (("offsets_concurrency", concurrency),
-                                ("offset_fetch_connections", connections)) if v != "default"})
+                                ("offset_fetch_connections", connections)) if v != "default"},
+                             **java)
 cluster = ClusterConfig("bench", {"bootstrap.servers": bootstrap})
 started = time.perf_counter()
 snapshot = take_snapshot(cluster, settings.request_timeout_s, datetime.now(UTC),
@@ -79,7 +101,7 @@ total_s = time.perf_counter() - started
 started = time.perf_counter()
 with tempfile.TemporaryDirectory(prefix="gs-bench-landing-") as landing:
     isolated = collect(cluster, Path(landing), datetime.now(UTC), settings.request_timeout_s,
-                       settings.offset_fetch_connections)
+                       settings.offset_fetch_connections, **java)
 isolated_s = time.perf_counter() - started
 print(json.dumps({
     "seconds": snapshot_s,
@@ -92,8 +114,11 @@ print(json.dumps({
     "offsets": sum(len(g.offsets) for g in snapshot.groups),
     "complete": snapshot.complete,
     "errors": len(snapshot.errors),
+    "kinds": {kind: sum(1 for g in snapshot.groups if str(g.group_type.value) == kind)
+              for kind in ("share", "streams")} if java else {},
     "settings": {"offsets_concurrency": settings.offsets_concurrency,
-                 "offset_fetch_connections": settings.offset_fetch_connections},
+                 "offset_fetch_connections": settings.offset_fetch_connections,
+                 **({"group_kinds": kinds} if java else {})},
     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
 }))
 """
@@ -172,6 +197,88 @@ def add_groups(bootstrap: str, first: int, last: int, partitions: int, topics: i
     raise RuntimeError(f"{len(pending)} groups could not commit their offsets")
 
 
+def _start_jvm() -> Any:
+    """JPype's JVM in this process, with Kafka Streams' jars (kafka-clients among them)."""
+    import jpype
+
+    if not jpype.isJVMStarted():
+        jpype.startJVM("-Xmx1g", classpath=[str(p) for p in sorted(
+            streams_libs(DEFAULT_KAFKA_VERSION).glob("*.jar"))])
+    return jpype
+
+
+def _java_properties(jpype: Any, values: dict[str, str]) -> Any:
+    props = jpype.JClass("java.util.Properties")()
+    for key, value in values.items():
+        props.setProperty(key, value)
+    return props
+
+
+def add_share_groups(bootstrap: str, count: int, partitions: int, topics: int) -> None:
+    """``count`` share groups, share group i with a start offset of 0 on every partition of
+    topic ``i % topics`` (AlterShareGroupOffsets creates the group, without members)."""
+    jpype = _start_jvm()
+    admin = jpype.JClass("org.apache.kafka.clients.admin.Admin").create(
+        _java_properties(jpype, {"bootstrap.servers": bootstrap}))
+    tp, long_ = jpype.JClass("org.apache.kafka.common.TopicPartition"), jpype.JLong
+    try:
+        for start in range(0, count, 100):
+            futures = []
+            for g in range(start, min(start + 100, count)):
+                offsets = jpype.JClass("java.util.HashMap")()
+                for p in range(partitions):
+                    offsets.put(tp(f"bench.topic-{g % topics}", p), long_(0))
+                futures.append(admin.alterShareGroupOffsets(f"bench-share-{g:05d}", offsets))
+            for future in futures:
+                future.all().get()
+    finally:
+        admin.close()
+
+
+STREAMS_INPUT, STREAMS_OUTPUT = "bench.streams-in", "bench.streams-out"
+
+
+def add_streams_groups(bootstrap: str, count: int, partitions: int, batch: int = 20) -> None:
+    """``count`` streams groups: Kafka Streams applications (a source topic of ``partitions``
+    partitions piped to a sink, so one subtopology of ``partitions`` tasks) on the streams
+    protocol, ``batch`` at a time in this process, each run until RUNNING and closed (a clean
+    close commits what it processed): Empty groups, with their topology and offsets."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    for future in admin.create_topics([NewTopic(t, partitions, 1) for t in (
+            STREAMS_INPUT, STREAMS_OUTPUT)], operation_timeout=60).values():
+        future.result()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(partitions):
+        producer.produce(STREAMS_INPUT, value=b"x", partition=p)
+    producer.flush(30)
+    jpype = _start_jvm()
+    streams_class = jpype.JClass("org.apache.kafka.streams.KafkaStreams")
+    running = streams_class.State.RUNNING
+    duration = jpype.JClass("java.time.Duration")
+    with tempfile.TemporaryDirectory(prefix="gs-bench-streams-") as state:
+        for start in range(0, count, batch):
+            apps = []
+            for g in range(start, min(start + batch, count)):
+                builder = jpype.JClass("org.apache.kafka.streams.StreamsBuilder")()
+                builder.stream(STREAMS_INPUT).to(STREAMS_OUTPUT)
+                serde = "org.apache.kafka.common.serialization.Serdes$ByteArraySerde"
+                app = streams_class(builder.build(), _java_properties(jpype, {
+                    "bootstrap.servers": bootstrap, "application.id": f"bench-streams-{g:04d}",
+                    "group.protocol": "streams", "state.dir": state,
+                    "commit.interval.ms": "100", "default.key.serde": serde,
+                    "default.value.serde": serde}))
+                app.start()
+                apps.append(app)
+            deadline = time.monotonic() + 300
+            while any(a.state() != running for a in apps):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("streams applications not RUNNING after 300 s")
+                time.sleep(0.5)
+            for app in apps:
+                app.close(duration.ofSeconds(30))
+            print(f"  streams groups {start}..{start + len(apps) - 1}", file=sys.stderr)
+
+
 def existing_groups(bootstrap: str) -> int:
     """How many bench groups the broker has (they are added in order, from 0)."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
@@ -179,10 +286,20 @@ def existing_groups(bootstrap: str) -> int:
     return sum(1 for g in listed.valid if g.group_id.startswith("bench-group-"))
 
 
-def run_groupscope(bootstrap: str, concurrency: str, connections: str) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", CHILD, bootstrap, concurrency, connections],
-                         capture_output=True, text=True, check=True)
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+def run_groupscope(bootstrap: str, concurrency: str, connections: str, kinds: str = "default",
+                   java_classpath: str = "", source: str | None = None) -> dict[str, object]:
+    """One collector run in a child process; ``source``: another groupscope source tree's."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-c", CHILD, bootstrap, concurrency, connections,
+                          kinds, java_classpath], capture_output=True, text=True, check=True,
+                         env=env)
+    result = dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    if source is not None:
+        settings = dict(result["settings"])  # type: ignore[call-overload]
+        result["settings"] = {**settings, "source": source}
+    return result
 
 
 def _timed(command: list[str]) -> tuple[float, float, str]:
@@ -248,15 +365,31 @@ def peak(runs: list[dict[str, object]]) -> float:
     return max(float(str(r["peak_rss_mib"])) for r in runs)
 
 
-def measure_step(bootstrap: str, groups: int, args: argparse.Namespace) -> dict[str, object]:
+def variants(args: argparse.Namespace, with_kinds: bool) -> dict[str, dict[str, str]]:
+    """The collector runs of a step, by label: one per connection setting (and, with share
+    or streams groups, per ``--kinds``), and the ``--before`` tree's."""
+    kinds = args.kinds if with_kinds else ["default"]
+    runs = {f"{c} {k}": {"connections": c, "kinds": k} for c in args.connections for k in kinds}
+    for source in args.before.split(",") if args.before else []:
+        runs.update({f"{c} {source}": {"connections": c, "source": source}
+                     for c in args.connections})
+    return runs
+
+
+def measure_step(bootstrap: str, groups: int | str, args: argparse.Namespace,
+                 with_kinds: bool = False) -> dict[str, object]:
     """Every tool ``args.runs`` times, interleaved, so all meet the same machine."""
     load_before = load_average()
-    ours: dict[str, list[dict[str, object]]] = {c: [] for c in args.connections}
+    chosen = variants(args, with_kinds)
+    ours: dict[str, list[dict[str, object]]] = {label: [] for label in chosen}
     cli: list[dict[str, object]] = []
     theirs: list[dict[str, object]] = []
-    for _ in range(args.runs):
-        for connections in args.connections:
-            ours[connections].append(run_groupscope(bootstrap, args.concurrency, connections))
+    for run in range(args.runs):
+        # Every other run in the reverse order: no variant always follows another.
+        for label, variant in (reversed(chosen.items()) if run % 2 else chosen.items()):
+            ours[label].append(run_groupscope(
+                bootstrap, args.concurrency, variant["connections"],
+                variant.get("kinds", "default"), args.java_classpath, variant.get("source")))
         cli.append(run_groupscope_cli(bootstrap))
         if not args.skip_kafka_tool:
             theirs.append(run_kafka_tool(bootstrap, args.kafka_version))
@@ -305,11 +438,17 @@ def report_curve(steps: list[dict[str, object]]) -> None:
         cli = step["groupscope_cli"]
         theirs = step["kafka_consumer_groups"]
         assert isinstance(ours, dict) and isinstance(cli, list) and isinstance(theirs, list)
-        # The fastest connection setting of the step stands for groupscope.
-        best = min(ours.values(), key=median)
+        # The fastest connection setting of the step stands for groupscope (this tree's, with
+        # its share and streams round when the step has them).
+        best = min((runs for runs in ours.values()
+                    if "source" not in dict(runs[0]["settings"])  # type: ignore[call-overload]
+                    and dict(runs[0]["settings"]).get(  # type: ignore[call-overload]
+                        "group_kinds", "auto") == "auto"), key=median)
         their = f"{median(theirs):.2f} | {peak(theirs):.0f} | " \
                 f"{median(theirs) / median(best):.1f}x" if theirs else "- | - | -"
-        print(f"| {step['groups']:,} | {median(best):.2f} | "
+        groups = step["groups"]
+        print(f"| {groups:,} | {median(best):.2f} | " if isinstance(groups, int) else
+              f"| {groups} | {median(best):.2f} | "
               f"{median(best, 'with_landing_seconds'):.2f} | {peak(best):.0f} | "
               f"{median(cli):.2f} | {peak(cli):.0f} | {their} |")
 
@@ -327,6 +466,15 @@ def main() -> None:
                         help="OffsetFetch connections, one or a list to compare: 1,2,4 "
                              "(default: the collector's)")
     parser.add_argument("--skip-kafka-tool", action="store_true")
+    parser.add_argument("--share-groups", type=int, default=0,
+                        help="share groups added after the last step, then measured")
+    parser.add_argument("--streams-groups", type=int, default=0,
+                        help="streams groups added after those, then measured")
+    parser.add_argument("--kinds", default="auto,never",
+                        help="the collector's group_kinds to compare once share or streams "
+                             "groups are there")
+    parser.add_argument("--before", help="other groupscope source trees (their src folders, "
+                        "comma-separated), whose collectors run interleaved with this one")
     parser.add_argument("--bootstrap", help="use this running broker (its bench groups are "
                         "kept and topped up) instead of a fresh one")
     parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
@@ -337,6 +485,8 @@ def main() -> None:
     if counts != sorted(counts):
         parser.error("--groups must be ascending")
     args.connections = args.connections.split(",")
+    args.kinds = args.kinds.split(",")
+    args.java_classpath = classpath(kafka_libs(args.kafka_version))
 
     steps: list[dict[str, object]] = []
     with contextlib.ExitStack() as stack:
@@ -364,12 +514,30 @@ def main() -> None:
             step = measure_step(bootstrap, count, args)
             steps.append(step)
             report_step(step, args.runs)
+        label = f"{counts[-1]:,}"
+        for kind, count, add in (
+                ("share", args.share_groups,
+                 lambda n: add_share_groups(bootstrap, n, args.partitions, args.topics)),
+                ("streams", args.streams_groups,
+                 lambda n: add_streams_groups(bootstrap, n, args.partitions))):
+            if count:
+                started = time.monotonic()
+                add(count)
+                print(f"  {count} {kind} groups added in {time.monotonic() - started:.1f} s",
+                      file=sys.stderr)
+                time.sleep(args.settle)
+                label += f" + {count:,} {kind}"
+                step = measure_step(bootstrap, label, args, with_kinds=True)
+                steps.append(step)
+                report_step(step, args.runs)
 
     result = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "kafka_version": args.kafka_version,
-        "setup": {"partitions_per_group": args.partitions, "topics": args.topics},
+        "setup": {"partitions_per_group": args.partitions, "topics": args.topics,
+                  "share_groups": args.share_groups, "streams_groups": args.streams_groups,
+                  "before": args.before},
         "steps": steps,
     }
     results = Path(__file__).parent / "results"

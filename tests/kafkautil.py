@@ -14,6 +14,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from groupscope.collect.collector import Collector, CollectorSettings
 from groupscope.contract.model import Snapshot
+from groupscope.kafka.java_admin import JavaAdmin
+from groupscope_dev.kafka import kafka_libs
+
+# Kafka's Java Admin client's jars (share and streams groups).
+JAVA_CLASSPATH = str(kafka_libs("4.3.1"))
 
 COORDINATOR_WARMING = {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
                        "COORDINATOR_LOAD_IN_PROGRESS"}
@@ -170,3 +175,22 @@ def stop_all(members: list[Member]) -> None:
         member._stop_event.set()
     for member in members:
         member.join(30)
+
+
+def kinds_collector(bootstrap: str, **settings: Any) -> Collector:
+    """The collector with Kafka's Java Admin client too (share and streams groups), in this
+    process: its JVM starts once, not at every snapshot as in a collect task's child."""
+    return Collector(admin(bootstrap), "kinds",
+                     CollectorSettings(**{"request_timeout_s": 15, **settings}),
+                     java_admin=lambda: JavaAdmin.open({"bootstrap.servers": bootstrap},
+                                                       JAVA_CLASSPATH, 15))
+
+
+def kinds_snapshot(bootstrap: str, **settings: Any) -> Snapshot:
+    return kinds_collector(bootstrap, **settings).snapshot(datetime.now(UTC))
+
+
+def tool_rows(output: str, group: str) -> list[list[str]]:
+    """The rows of a Kafka tool's table (kafka-share-groups, kafka-streams-groups) about
+    ``group``, split on whitespace."""
+    return [line.split() for line in output.splitlines() if line.split()[:1] == [group]]

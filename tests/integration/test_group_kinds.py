@@ -15,14 +15,23 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from conftest import unique
-from kafkautil import create_topic, create_word_count_topics, produce_counts, wait_until
+from kafkautil import (
+    JAVA_CLASSPATH,
+    create_topic,
+    create_word_count_topics,
+    kinds_collector,
+    kinds_snapshot,
+    produce_counts,
+    tool_rows,
+    wait_until,
+)
 
 from groupscope.collect.collector import Collector, CollectorSettings
 from groupscope.contract.model import Group, GroupType, Snapshot, TaskRole
 from groupscope.kafka.java_admin import JavaAdmin
 from groupscope.land.snapshots import land
 from groupscope.quality import check_landed
-from groupscope_dev.kafka import KafkaCluster, kafka_libs
+from groupscope_dev.kafka import KafkaCluster
 from groupscope_dev.kinds import (
     SHARE_GROUP_COMMAND,
     STREAMS_GROUP_COMMAND,
@@ -35,22 +44,8 @@ from groupscope_dev.kinds import (
 
 pytestmark = pytest.mark.integration
 
-CLASSPATH = str(kafka_libs("4.3.1"))
 # Quotes, unicode, and the longest group id a topic-like name may have.
 HOSTILE = ("q'\"uote ünï©ødé 队列 " + "x" * 249)[:249]
-
-
-def collector(bootstrap: str, **settings: Any) -> Collector:
-    from kafkautil import admin
-
-    return Collector(admin(bootstrap), "kinds",
-                     CollectorSettings(**{"request_timeout_s": 15, **settings}),
-                     java_admin=lambda: JavaAdmin.open({"bootstrap.servers": bootstrap},
-                                                       CLASSPATH, 15))
-
-
-def snapshot(bootstrap: str, **settings: Any) -> Snapshot:
-    return collector(bootstrap, **settings).snapshot(datetime.now(UTC))
 
 
 @dataclass
@@ -64,17 +59,13 @@ class Setup:
 
 
 def _describe_share(bootstrap: str, group: str, *options: str) -> list[list[str]]:
-    return _rows(run_tool(SHARE_GROUP_COMMAND, "--bootstrap-server", bootstrap, "--describe",
-                          "--group", group, *options), group)
+    return tool_rows(run_tool(SHARE_GROUP_COMMAND, "--bootstrap-server", bootstrap,
+                              "--describe", "--group", group, *options), group)
 
 
 def _describe_streams(bootstrap: str, group: str, *options: str) -> list[list[str]]:
-    return _rows(run_tool(STREAMS_GROUP_COMMAND, "--bootstrap-server", bootstrap, "--describe",
-                          "--group", group, *options), group)
-
-
-def _rows(output: str, group: str) -> list[list[str]]:
-    return [line.split() for line in output.splitlines() if line.split()[:1] == [group]]
+    return tool_rows(run_tool(STREAMS_GROUP_COMMAND, "--bootstrap-server", bootstrap,
+                              "--describe", "--group", group, *options), group)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +93,7 @@ def setup(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         # records; the streams app is Stable, both instances own tasks, and it committed the
         # end of every partition it reads. (Waited for on groupscope's own snapshots, which
         # cost no JVM start each; the tests compare them with Kafka's tools.)
-        wait_until(lambda: _quiet(snapshot(bootstrap), busy, app), 90,
+        wait_until(lambda: _quiet(kinds_snapshot(bootstrap), busy, app), 90,
                    "the share consumers and the streams app to settle")
         yield Setup(bootstrap, busy, stopped, HOSTILE, app, topic)
     finally:
@@ -115,7 +106,7 @@ def _read_from_the_start(bootstrap: str, groups: list[str]) -> None:
     less per group than the tool."""
     import jpype
 
-    java = JavaAdmin.open({"bootstrap.servers": bootstrap}, CLASSPATH, 15)
+    java = JavaAdmin.open({"bootstrap.servers": bootstrap}, JAVA_CLASSPATH, 15)
     try:
         resource = jpype.JClass("org.apache.kafka.common.config.ConfigResource")
         op = jpype.JClass("org.apache.kafka.clients.admin.AlterConfigOp")
@@ -147,7 +138,7 @@ def _quiet(snap: Snapshot, busy: str, app: str) -> bool:
 
 @pytest.fixture(scope="module")
 def snap(setup: Setup) -> Snapshot:
-    return snapshot(setup.bootstrap)
+    return kinds_snapshot(setup.bootstrap)
 
 
 def _group(snapshot: Snapshot, group_id: str) -> Group:
@@ -247,7 +238,7 @@ def test_streams_offsets_and_lag_equal_the_tool(setup: Setup) -> None:
     three tries; never agreeing fails)."""
     for _ in range(3):
         before = _streams_offsets_by_tool(setup)
-        snap = snapshot(setup.bootstrap)
+        snap = kinds_snapshot(setup.bootstrap)
         if _streams_offsets_by_tool(setup) == before:
             break
     else:
@@ -290,12 +281,12 @@ def test_never_makes_no_java_call_and_auto_makes_one_where_the_kinds_are(setup: 
     cluster, whose classic view hints at the new kinds, makes one. ("auto" without a hint
     asking nothing is the collector's unit test; Kafka 3.9's cluster, below, is asked and
     answers with a note.)"""
-    never = collector(setup.bootstrap, group_kinds="never")
+    never = kinds_collector(setup.bootstrap, group_kinds="never")
     without = never.snapshot(datetime.now(UTC))
     assert "Java Admin (share, streams groups)" not in never.requests
     kinds = {GroupType.SHARE, GroupType.STREAMS}
     assert not [g for g in without.groups if g.group_type in kinds]
-    auto = collector(setup.bootstrap)
+    auto = kinds_collector(setup.bootstrap)
     auto.snapshot(datetime.now(UTC))
     assert auto.requests["Java Admin (share, streams groups)"] == 1
 
@@ -341,7 +332,7 @@ def test_the_marts_gate_passes_a_share_group_without_members(
 
     cluster, now = unique("kinds-gate"), datetime.now(UTC)
     pipeline.collect(ClusterConfig(cluster, {"bootstrap.servers": setup.bootstrap}), tmp_path,
-                     now, 15.0, java_classpath=CLASSPATH)
+                     now, 15.0, java_classpath=JAVA_CLASSPATH)
     pipeline.check_and_load(postgres.url, tmp_path, cluster, now)
     live = pipeline.live_analytics(spark, postgres.url, tmp_path, cluster, now)
     assert live["snapshots"] == 1, live
@@ -364,8 +355,8 @@ def test_kafka_39_skips_the_new_kinds_with_a_note(kafka39: KafkaCluster) -> None
     from kafkautil import commit_offsets
 
     commit_offsets(kafka39.bootstrap, group, {(topic, 0): 3})
-    always = snapshot(kafka39.bootstrap, group_kinds="always")
-    never = snapshot(kafka39.bootstrap, group_kinds="never")
+    always = kinds_snapshot(kafka39.bootstrap, group_kinds="always")
+    never = kinds_snapshot(kafka39.bootstrap, group_kinds="never")
     assert always.complete and not always.errors
     assert always.notes and "share and streams groups skipped" in always.notes[0]
     assert never.notes == ()
@@ -395,7 +386,7 @@ def test_the_scheduled_collect_reads_the_kinds_in_its_child_process(setup: Setup
 
     cluster = ClusterConfig("kinds-dag", {"bootstrap.servers": setup.bootstrap})
     summary = pipeline.collect(cluster, tmp_path, datetime.now(UTC), 15.0,
-                               java_classpath=CLASSPATH)
+                               java_classpath=JAVA_CLASSPATH)
     assert summary["complete"] and summary["notes"] == []
     (landed,) = landed_snapshots(tmp_path)
     kinds = dict(zip(*(landed.read()["consumer_groups"].column(c).to_pylist()

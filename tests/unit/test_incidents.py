@@ -143,6 +143,17 @@ def _owed(notification: str, *groups: str, resolved: bool = False) -> list[Undel
     return items
 
 
+def test_a_share_groups_firing_text_says_how_long_its_start_offsets_have_not_moved() -> None:
+    # A share group has no committed offset: its position is its start offset, and
+    # conditions._stopped_since says so (``start_offsets``).
+    [item] = _owed("firing", "queue")
+    item.incident.details.update(start_offsets=True)
+    [(message, _)] = messages([item], "http://grafana:3000")
+    assert message.text.splitlines()[1] == (
+        "12 of 12 partitions' start offsets have not moved for 1 m 10 s; lag 48,112 records "
+        "(about 6 m 40 s).")
+
+
 def test_the_firing_text_says_what_how_long_how_bad_and_where_to_look() -> None:
     [(message, _)] = messages(_owed("firing", "payments-eu"), "http://grafana:3000")
     assert message.text.splitlines()[:3] == [

@@ -90,30 +90,41 @@ def unknown(condition: str, cluster: str, group_id: str, why: str,
 _GROUPS = text("SELECT * FROM serve.group_conditions WHERE cluster = :cluster")
 
 # Since when the group's stopped or stalled partitions have not moved (the oldest snapshot,
-# in the last `horizon`, at which each of them already had its current committed offset; every
+# in the last `horizon`, at which each of them already had its current position; every
 # partition when none is STOP or STALL), and since when it has had no member: what a stopped
 # group's message says. (Over every partition, a STALL of one partition among advancing
-# ones would read "not moved for 0 s".)
+# ones would read "not moved for 0 s".) A group's position on a partition is its committed
+# offset, or a share group's start offset (as in the lag mart: analyze.lag's
+# with_share_positions); `start_offsets` says which the message is about.
 _STOPPED_SINCE = text("""
-WITH stuck AS (
+WITH positions AS NOT MATERIALIZED (
+    SELECT snapshot_ts, topic, partition, committed_offset AS position,
+           false AS start_offset
+    FROM raw.committed_offsets
+    WHERE cluster = :cluster AND group_id = :group_id
+      AND snapshot_ts >= :since AND snapshot_ts <= :at
+    UNION ALL
+    SELECT snapshot_ts, topic, partition, start_offset, true
+    FROM raw.share_partition_offsets
+    WHERE cluster = :cluster AND group_id = :group_id
+      AND snapshot_ts >= :since AND snapshot_ts <= :at AND start_offset IS NOT NULL
+), stuck AS (
     SELECT topic, partition FROM mart.partition_status
     WHERE cluster = :cluster AND group_id = :group_id AND snapshot_ts = :at
       AND status IN ('STOP', 'STALL')
 ), now AS (
-    SELECT c.topic, c.partition, c.committed_offset FROM raw.committed_offsets c
-    WHERE c.cluster = :cluster AND c.group_id = :group_id AND c.snapshot_ts = :at
-      AND ((c.topic, c.partition) IN (SELECT topic, partition FROM stuck)
+    SELECT p.topic, p.partition, p.position, p.start_offset FROM positions p
+    WHERE p.snapshot_ts = :at
+      AND ((p.topic, p.partition) IN (SELECT topic, partition FROM stuck)
            OR NOT EXISTS (SELECT 1 FROM stuck))
 ), moved AS (
-    SELECT max(c.snapshot_ts) AS ts FROM raw.committed_offsets c
+    SELECT max(p.snapshot_ts) AS ts FROM positions p
     JOIN now USING (topic, partition)
-    WHERE c.cluster = :cluster AND c.group_id = :group_id AND c.snapshot_ts < :at
-      AND c.snapshot_ts >= :since AND c.committed_offset <> now.committed_offset
+    WHERE p.snapshot_ts < :at AND p.position <> now.position
 )
-SELECT (SELECT min(c.snapshot_ts) FROM raw.committed_offsets c, moved
-        WHERE c.cluster = :cluster AND c.group_id = :group_id AND c.snapshot_ts <= :at
-          AND c.snapshot_ts >= :since AND c.snapshot_ts > coalesce(moved.ts, '-infinity'))
-         AS unchanged_since,
+SELECT (SELECT min(p.snapshot_ts) FROM positions p, moved
+        WHERE p.snapshot_ts > coalesce(moved.ts, '-infinity')) AS unchanged_since,
+       coalesce((SELECT bool_and(start_offset) FROM now), false) AS start_offsets,
        (SELECT min(g.snapshot_ts) FROM raw.consumer_groups g
         WHERE g.cluster = :cluster AND g.group_id = :group_id AND g.snapshot_ts <= :at
           AND g.snapshot_ts >= :since AND g.member_count = 0
@@ -404,6 +415,7 @@ def _stopped_since(conn: Any, cluster: str, group_id: str, at: datetime) -> dict
     row = conn.execute(_STOPPED_SINCE, {"cluster": cluster, "group_id": group_id, "at": at,
                                         "since": at - timedelta(hours=6)}).one()
     return {"unchanged_since": row.unchanged_since.isoformat() if row.unchanged_since else None,
+            "start_offsets": row.start_offsets,
             "no_members_since":
                 row.no_members_since.isoformat() if row.no_members_since else None}
 

@@ -189,7 +189,10 @@ def detail_lines(incident: Incident) -> list[str]:
         still = _seconds_between(d.get("unchanged_since"), d.get("snapshot_ts"))
         moved = (f" have not moved for {duration(still)}" if still is not None
                  else " are not moving")
-        return [f"{affected} of {_count(d.get('partitions'))} partitions{moved}; {lag}.",
+        # A share group's position is its start offset: the earliest record not yet
+        # acknowledged.
+        what = "partitions' start offsets" if d.get("start_offsets") else "partitions"
+        return [f"{affected} of {_count(d.get('partitions'))} {what}{moved}; {lag}.",
                 members_line, f"Worst: {d.get('worst_topic')}[{d.get('worst_partition')}]: "
                               f"{d.get('worst_reason')}."]
     if condition == "group_empty_lag_growing":
