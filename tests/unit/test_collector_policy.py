@@ -108,7 +108,10 @@ class ScriptedAdmin:
         return {group: self.pool.submit(answer)}
 
     def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Any]:
-        return {tp: _done(SimpleNamespace(offset=10)) for tp in request}
+        # log start 0 (earliest, -2), the other kinds 10: the committed 5 lies between
+        return {tp: _done(SimpleNamespace(offset=0 if getattr(spec, "_value", None) == -2
+                                          else 10))
+                for tp, spec in request.items()}
 
     # topic -> its DescribeConfigs error (else it answers the settings below)
     config_errors: dict[str, int] = {}  # noqa: RUF012 (replaced per instance, never mutated)
