@@ -55,7 +55,19 @@ def test(dag_id: str, start: str | None, end: str | None) -> dict[str, Any]:
     run = dag.test(**kwargs)
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     return {"state": str(run.state), "tasks": states,
-            "data_interval": [str(run.data_interval_start), str(run.data_interval_end)]}
+            "data_interval": [str(run.data_interval_start), str(run.data_interval_end)],
+            "xcoms": _xcoms(dag_id, run.run_id)}
+
+
+def _xcoms(dag_id: str, run_id: str) -> dict[str, str]:
+    """What the run's tasks pushed, as stored (task_id/key -> JSON): where a secret must not
+    be."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {f"{x.task_id}/{x.key}": json.dumps(x.value, default=str) for x in
+                session.scalars(XComModel.get_many(run_id=run_id, dag_ids=dag_id))}
 
 
 def main(argv: list[str]) -> int:

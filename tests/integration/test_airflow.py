@@ -232,22 +232,28 @@ def test_dag_test_runs_snapshot_analytics_quality_chain(
         (f"{start.isoformat()}/{end.isoformat()}", True)]
 
 
-def test_the_snapshot_dag_over_scram_lands_what_plaintext_reads(
-        deployment: Deployment, kafka_secure: KafkaCluster, warehouse_engine: Any) -> None:
-    """The snapshot DAG through a ``kafka`` connection whose extra carries SCRAM-SHA-512 over
-    TLS (the deployment's Airflow, one connection more): its snapshot, loaded, names the
-    groups a plaintext read of the same cluster does, and the password is in no task log."""
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "mTLS"])
+def test_the_snapshot_dag_over_a_secured_listener_lands_what_plaintext_reads(
+        deployment: Deployment, kafka_secure: KafkaCluster, warehouse_engine: Any,
+        mechanism: str) -> None:
+    """The snapshot DAG through a ``kafka`` connection whose extra carries SCRAM over TLS, or
+    a client certificate (the deployment's Airflow, one connection more): its snapshot,
+    loaded, names the groups a plaintext read of the same cluster does, and the secret (the
+    password, a line of the client key) is in no task log and no XCom."""
     d = deployment
-    cluster = f"scram{uuid.uuid4().hex[:8]}"
+    cluster = f"sec{mechanism[-3:].lower()}{uuid.uuid4().hex[:8]}"
     topic, group = f"sec-af-{cluster}", f"sec-af-g-{cluster}"
     create_topic(kafka_secure.bootstrap, topic, 2)
     commit_offsets(kafka_secure.bootstrap, group, {(topic, 0): 0, (topic, 1): 0})
-    secured = kafka_secure.secure_client("SCRAM-SHA-512")
+    secured = kafka_secure.secure_client(mechanism)
+    secret = secured.get("sasl.password") or Path(
+        secured["ssl.key.location"]).read_text().splitlines()[1]
     run = d.harness("test", f"groupscope_snapshot_{cluster}",
                     **dict([kafka_connection(cluster, secured)]))
     assert run["state"] == "success", run["log"][-3000:]
     assert run["tasks"] == {"collect": "success", "load": "success"}
-    assert secured["sasl.password"] not in run["log"]
+    assert run["xcoms"], "the tasks pushed nothing: the XCom check would look at nothing"
+    assert secret not in run["log"] and secret not in json.dumps(run["xcoms"])
     plaintext = take_snapshot(
         ClusterConfig(cluster, {"bootstrap.servers": kafka_secure.bootstrap}), 20,
         datetime.now(UTC))
