@@ -51,10 +51,13 @@ def window_operators(frame: Any) -> dict[str, int]:
     plan = frame._jdf.queryExecution().executedPlan().toString()
     found: dict[str, int] = {}
     for line in plan.splitlines():
-        match = re.search(r"\bWindow \[.*\], \[([^\]]*)\], \[", line)
-        if match:
-            keys = ", ".join(re.sub(r"#\d+", "", k).strip() for k in match.group(1).split(","))
-            found[keys] = found.get(keys, 0) + 1
+        if not re.search(r"\bWindow \[", line):
+            continue
+        # The partitioning is the last bracketed list, or the one before an ordering.
+        lists = re.findall(r"\[([^\[\]]*)\]", line)
+        spec = lists[-2] if re.search(r"\b(ASC|DESC)\b", lists[-1]) else lists[-1]
+        keys = ", ".join(re.sub(r"#\d+L?", "", k).strip() for k in spec.split(","))
+        found[keys] = found.get(keys, 0) + 1
     return found
 
 
