@@ -306,16 +306,16 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     hw_read = F.last(read, ignorenulls=True).over(upto)
 
     def lag_from(hw: Column, t: Column, committed: Column, lag_: Column) -> Column:
-        # (a consumer that read past it had the records the broker appended since)
+        """The lag, or where it is unknown the one from ``hw``, the last high watermark read
+        (a consumer that read past it had the records the broker appended since)."""
         return F.coalesce(lag_, F.when(hw["t"] >= t - settings.history_s,
                                        F.greatest(hw["hw"] - committed, F.lit(0))))
+
     # Each withColumns holds only columns that do not read one another: one analysis of the
     # plan per call, not per column (py4j round trips and analysis were most of a live run's
-    # time to build the frames).
-    # The previous row's lag is computed from the previous row's inputs, with this row's, in
-    # one pass: Spark runs the window columns of one projection over one partitioning and
-    # order as one window operator (one pass over the rows), and every projection that reads
-    # a window column of another adds a pass (issue 30).
+    # time to build the frames). Window columns also cost a pass over the rows for each
+    # projection they need (``_with_longest_pause``): so the previous row's lag is computed
+    # from the previous row's own inputs, in the same pass as this row's.
     frame = (frame
              .withColumns({
                  "_hw_read": F.when(hw_read["t"] >= F.col("_t") - settings.history_s, hw_read),
