@@ -128,14 +128,19 @@ def generate(root: Path, groups: int, partitions: int, snapshots: int, step_s: f
 
 def transforms(src: Path | None) -> tuple[Any, Any]:
     """The lag and status modules: this checkout's, or those of the checkout at ``src``."""
-    if src is None:
-        from groupscope.analyze import lag, status
+    from groupscope.analyze import lag, status
 
+    if src is None:
         return lag, status
     loaded = []
-    for name in ("lag", "status"):
-        spec = importlib.util.spec_from_file_location(
-            f"baseline_{name}", src / "groupscope" / "analyze" / f"{name}.py")
+    for name, own in (("lag", lag), ("status", status)):
+        path = src / "groupscope" / "analyze" / f"{name}.py"
+        # A module loaded from a file is not importable in Spark's Python workers, which
+        # unpickle the Arrow functions by module name: the same source is this checkout's.
+        if own.__file__ and path.read_bytes() == Path(own.__file__).read_bytes():
+            loaded.append(own)
+            continue
+        spec = importlib.util.spec_from_file_location(f"baseline_{name}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # (a dataclass looks its module up there)
@@ -169,14 +174,19 @@ def one_pass(spark: Any, job: Any, lag_module: Any, status_module: Any,
     start, end = job.interval.start - jobs.lag_read_span(), job.interval.end
     read = {name: io.read_snapshot_table(spark, job.landing, name, job.cluster, start, end)
             for name in ("committed_offsets", "partition_offsets", "member_assignments",
-                         "record_timestamps", "topics", "consumer_groups")}
+                         "record_timestamps", "topics", "consumer_groups",
+                         "share_partition_offsets", "streams_subtopology_topics",
+                         "streams_member_tasks")}
     lag = lag_mart(read["committed_offsets"], read["partition_offsets"],
                    read["member_assignments"], read["record_timestamps"],
                    rate_window_s=int(jobs.RATE_WINDOW.total_seconds()),
                    history_s=jobs.TIME_LAG_HISTORY.total_seconds(),
-                   topics=read["topics"]).cache()
+                   topics=read["topics"],
+                   share_offsets=read["share_partition_offsets"]).cache()
     in_interval = within(lag, job.interval.start, job.interval.end)
-    statuses = within(partition_status(lag, read["consumer_groups"], settings),
+    task_owners = status_module.streams_task_owners(read["streams_subtopology_topics"],
+                                                    read["streams_member_tasks"])
+    statuses = within(partition_status(lag, read["consumer_groups"], settings, task_owners),
                       job.interval.start, job.interval.end)
     t1 = time.perf_counter()
     in_interval = io.local_relation(in_interval)

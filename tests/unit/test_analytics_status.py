@@ -638,3 +638,29 @@ def test_a_partition_whose_high_watermark_is_unread_keeps_the_last_one_read(
                                  StatusSettings(halt_after_s=math.inf, history_s=240)).collect(),
                 key=lambda r: r["snapshot_ts"])
     assert short["lag"] is None and short["status"] == "OK"
+
+
+def test_the_lag_before_a_row_is_the_one_read_before_when_its_high_watermark_was_unread(
+        spark: SparkSession) -> None:
+    """The previous row's lag (whether the lag fell) is computed from that row's own inputs
+    in the same pass, also where that row's high watermark was not read and its lag is the one
+    carried from before. A lag growing at every snapshot falls once between two snapshots whose
+    high watermark was unread (the committed offset moved, the carried high watermark did not):
+    so it did not grow at every observation, and is no falling_behind."""
+    def rows(unread: set[int]) -> list[tuple[Any, ...]]:
+        out = []
+        for k in range(21):
+            hw, committed = 10 + 100 * k, 450 if k == 10 else 50 * k
+            read = None if k in unread else hw
+            out.append(("c", T0 + timedelta(seconds=30 * k), f"unread-{len(unread)}", "t", 0,
+                        committed, read, None if read is None else read - committed))
+        return out
+
+    lag_rows = rows(set()) + rows({10, 11})
+    groups = [_group_row(r[1], r[2], 1) for r in lag_rows]
+    last = {r["group_id"]: r for r in sorted(
+        partition_status(spark.createDataFrame(lag_rows, SCHEMA),
+                         spark.createDataFrame(groups, GROUPS)).collect(),
+        key=lambda r: r["snapshot_ts"])}
+    assert last["unread-0"]["rule"] == "falling_behind"  # read at every snapshot: it grew
+    assert last["unread-2"]["rule"] == "consuming"  # the carried lag fell 460 -> 360 at 330 s

@@ -158,12 +158,19 @@ def _t(column: str) -> Column:
 
 
 def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
-                        history_us: int) -> DataFrame:
+                        history_us: int, first: dict[str, Column] | None = None,
+                        second: dict[str, Column] | None = None) -> DataFrame:
     """Adds ``_longest_pause``: the longest pause between two advances of the committed
     offset that both lie in the ``history_us`` before this snapshot (a pause ending in that
     window but starting before it may not have been read, so it never counts), null with
     fewer than two. A pause runs from the snapshot before the one that saw an advance
     (``_prev_t``) to the one that saw the next.
+
+    ``first`` and ``second``: the caller's window columns over ``history`` (any frame) that
+    ride along with this function's first and second pass over the rows; ``second`` may read
+    ``first``'s columns. Spark runs the window columns of one projection that share a
+    partitioning and an order as one window operator, one pass over the rows; each
+    projection that reads another's window column is a pass more (issue 30).
 
     The pauses in the window are those ending at its advances, less the one ending at its
     first advance. A sliding max cannot leave out one element, and a list of the window's
@@ -182,7 +189,7 @@ def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
     previous = F.last(F.when(advanced, F.struct(F.col("_prev_t").alias("from_t"),
                                                 block.alias("block"))),
                       ignorenulls=True).over(before)
-    frame = (frame.withColumns({"_block": block, "_previous_advance": previous})
+    frame = (frame.withColumns({"_block": block, "_previous_advance": previous, **(first or {})})
              .withColumns({
                  "_even": F.col("_block") % 2 == 0,
                  "_pause": F.when(advanced, F.col("_t") - F.col("_previous_advance")["from_t"]),
@@ -210,7 +217,8 @@ def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
                  "_later_odd": F.max("_pause_odd").over(after),
                  "_block_max": F.when(advanced, F.struct(
                      "_block", so_far["_pause"].alias("all"),
-                     so_far_but_first["_pause"].alias("but_first")))})
+                     so_far_but_first["_pause"].alias("but_first"))),
+                 **(second or {})})
              .drop("_pause_even", "_pause_odd", "_first_of_block"))
     # -1 (no pause is negative) keeps an advance with no later one in its block from being
     # skipped as a null by "the first advance in the window".
@@ -255,9 +263,10 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     streams groups' tasks (``streams_task_owners``), None where there are none. One status per
     partition row with a committed offset (a share group's start offset)."""
     micros = 1_000_000
+    history_us = int(settings.history_s * micros)
     history = Window.partitionBy(*KEYS).orderBy("_us")
     window = history.rangeBetween(-int(settings.window_s * micros), 0)
-    in_history = history.rangeBetween(-int(settings.history_s * micros), 0)
+    in_history = history.rangeBetween(-history_us, 0)
     upto = history.rowsBetween(Window.unboundedPreceding, 0)
     before = history.rowsBetween(Window.unboundedPreceding, -1)
 
@@ -292,12 +301,21 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     # offline, so nothing can be appended to it either) keeps the last one read within the
     # history, as Burrow keeps its last broker offset: an unknown lag would otherwise be no
     # lag, and a consumer stuck behind an offline partition would read as consuming.
-    hw_read = F.last(F.when(F.col("high_watermark").isNotNull(), F.struct(
-        F.col("_t").alias("t"), F.col("high_watermark").alias("hw"))),
-        ignorenulls=True).over(upto)
+    read = F.when(F.col("high_watermark").isNotNull(), F.struct(
+        F.col("_t").alias("t"), F.col("high_watermark").alias("hw")))
+    hw_read = F.last(read, ignorenulls=True).over(upto)
+
+    def lag_from(hw: Column, t: Column, committed: Column, lag_: Column) -> Column:
+        """The lag, or where it is unknown the one from ``hw``, the last high watermark read
+        (a consumer that read past it had the records the broker appended since)."""
+        return F.coalesce(lag_, F.when(hw["t"] >= t - settings.history_s,
+                                       F.greatest(hw["hw"] - committed, F.lit(0))))
+
     # Each withColumns holds only columns that do not read one another: one analysis of the
     # plan per call, not per column (py4j round trips and analysis were most of a live run's
-    # time to build the frames).
+    # time to build the frames). Window columns also cost a pass over the rows for each
+    # projection they need (``_with_longest_pause``): so the previous row's lag is computed
+    # from the previous row's own inputs, in the same pass as this row's.
     frame = (frame
              .withColumns({
                  "_hw_read": F.when(hw_read["t"] >= F.col("_t") - settings.history_s, hw_read),
@@ -305,15 +323,17 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                  "_was_assigning": F.lag("_assigning").over(history),
                  "_was_unowned": F.lag("_unowned").over(history),
                  "_d_committed": F.col("committed_offset")
-                 - F.lag("committed_offset").over(history)})
+                 - F.lag("committed_offset").over(history),
+                 "_prev_lag": lag_from(F.last(read, ignorenulls=True).over(before),
+                                       F.lag("_t").over(history),
+                                       F.lag("committed_offset").over(history),
+                                       F.lag("lag").over(history))})
              .withColumns({
                  "_hw_carried": F.col("high_watermark").isNull() & F.col("_hw_read").isNotNull(),
-                 # (a consumer that read past it had the records the broker appended since)
-                 "lag": F.coalesce(F.col("lag"), F.when(
-                     F.col("_hw_read").isNotNull(),
-                     F.greatest(F.col("_hw_read")["hw"] - F.col("committed_offset"),
-                                F.lit(0))))})
-             .withColumn("_d_lag", F.col("lag") - F.lag("lag").over(history)))
+                 "lag": lag_from(F.col("_hw_read"), F.col("_t"), F.col("committed_offset"),
+                                 F.col("lag"))})
+             .withColumn("_d_lag", F.col("lag") - F.col("_prev_lag"))
+             .drop("_prev_lag"))
     advanced = F.col("_d_committed").isNotNull() & (F.col("_d_committed") != 0)
     horizon = F.col("_t") - F.lit(settings.history_s)
     described = F.coalesce(F.col("described"), F.lit(False)) if "described" in groups.columns \
@@ -336,8 +356,12 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                  "_assigning_start": F.when(F.col("_assigning") & ~F.coalesce(
                      F.col("_was_assigning"), F.lit(False)), F.col("_t")),
                  "_unowned_start": F.when(F.col("_unowned") & ~F.coalesce(
-                     F.col("_was_unowned"), F.lit(False)), F.col("_t"))})
-             .withColumns({
+                     F.col("_was_unowned"), F.lit(False)), F.col("_t"))}))
+    # Every window column that needs no other one rides on the longest pause's first pass,
+    # the running "last steady advance" on its second.
+    steady = F.when(advanced, (F.col("_skips") == 0)
+                    & (F.col("_counted") >= settings.steady_points))
+    frame = (_with_longest_pause(frame, advanced, history, history_us, first={
                  "_last_adv": F.when(last_advance["t"] >= horizon, last_advance),
                  "_members_seen": F.when(last_with_members["t"] >= horizon, last_with_members),
                  "_n": F.count("*").over(window),
@@ -346,25 +370,24 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                  "_committed_first": F.first("committed_offset").over(window),
                  "_hw_first": F.first("high_watermark").over(window),
                  "_lag_never_fell": F.min("_d_lag").over(window) >= 0,
-                 "_skips": F.sum(skipped.cast("int")).over(window)})
+                 "_skips": F.sum(skipped.cast("int")).over(window),
+                 "_counted": F.count("_d_committed").over(window),
+                 "_first_in_history": F.min("_t").over(in_history),
+                 "_assigning_start_last": F.last("_assigning_start", ignorenulls=True).over(upto),
+                 "_unowned_start_last": F.last("_unowned_start", ignorenulls=True).over(upto)},
+                 second={"_steady_last": F.last(steady, ignorenulls=True).over(upto)})
              .withColumns({
                  # Without an advance in the history: since the first snapshot within it, a
                  # row every job that computes this snapshot has read (however far back it
                  # read).
-                 "_last_advance": F.greatest(F.col("_last_adv")["t"],
-                                             F.min("_t").over(in_history)),
+                 "_last_advance": F.greatest(F.col("_last_adv")["t"], F.col("_first_in_history")),
                  # Since the run began, or since the first snapshot in the history.
-                 "_assigning_since": F.greatest(
-                     F.last("_assigning_start", ignorenulls=True).over(upto),
-                     F.min("_t").over(in_history)),
-                 "_unowned_since": F.greatest(
-                     F.last("_unowned_start", ignorenulls=True).over(upto),
-                     F.min("_t").over(in_history)),
-                 "_steady": F.when(advanced, (F.col("_skips") == 0) & (
-                     F.count("_d_committed").over(window) >= settings.steady_points))})
-             .withColumn("_steady_last", F.last("_steady", ignorenulls=True).over(upto))
-             .drop("_skips", "_steady"))
-    frame = _with_longest_pause(frame, advanced, history, int(settings.history_s * micros))
+                 "_assigning_since": F.greatest(F.col("_assigning_start_last"),
+                                                F.col("_first_in_history")),
+                 "_unowned_since": F.greatest(F.col("_unowned_start_last"),
+                                              F.col("_first_in_history"))})
+             .drop("_skips", "_counted", "_first_in_history", "_assigning_start_last",
+                   "_unowned_start_last"))
 
     since_advance = F.col("_t") - F.col("_last_advance")
     rhythm_known = F.col("_longest_pause").isNotNull()
@@ -400,12 +423,12 @@ def partition_status(lag: DataFrame, groups: DataFrame,
               & (F.col("lag") > F.col("_last_adv")["lag"]))
     at_snapshot = Window.partitionBy("cluster", "group_id", "snapshot_ts")
     frame = (frame
-             .withColumns({
-                 "_halted": F.coalesce(halted, F.lit(False)),
+             .withColumn("_halted", F.coalesce(halted, F.lit(False)))
+             .withColumns({  # one pass
                  "_group_moving": F.max(
                      (since_advance < settings.halt_after_s).cast("int")).over(at_snapshot),
-                 "_group_partitions": F.count("*").over(at_snapshot)})
-             .withColumn("_group_halted", F.sum(F.col("_halted").cast("int")).over(at_snapshot)))
+                 "_group_partitions": F.count("*").over(at_snapshot),
+                 "_group_halted": F.sum(F.col("_halted").cast("int")).over(at_snapshot)}))
     assigning_for = F.col("_t") - F.col("_assigning_since")
     unowned_for = F.col("_t") - F.col("_unowned_since")
     share_anchor_lag = F.coalesce(F.col("_last_adv")["lag"], F.col("_lag_first"))
