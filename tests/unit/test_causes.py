@@ -241,6 +241,11 @@ def test_members_silenced_by_their_coordinators_move_are_not_the_cause() -> None
                           coordinator=lambda i: 2 if i < 5 else 1),
                  "group_status_err")
     assert kinds(later)[0] == "members_silent", later
+    # ... or silent with the move, but still silent more than a session after it
+    still = rank(evidence(30, {("orders", 0): steady(stop_at=16)},
+                          coordinator=lambda i: 2 if i < 17 else 1),
+                 "group_status_err")
+    assert "members_silent" in kinds(still), still
 
 
 def test_a_rewind_while_the_group_was_empty_is_an_offset_reset() -> None:

@@ -498,12 +498,15 @@ def _silenced_by_the_move(evidence: Evidence, silent_since: datetime | None) -> 
     """The members' commits stopped with the coordinator's last move: between the interval
     before the last snapshot on the old coordinator and the first on the new one. A group's
     commits go to its coordinator: while it is down, and until the new one has loaded the
-    group and the members have rejoined it, every member is silent, crashed or not."""
+    group and the members have rejoined it, every member is silent, crashed or not. That
+    takes a session at most: members still silent later (say, the host that ran the broker
+    ran them too) are named again."""
     moves = _coordinator_moves(evidence)
     if not moves or silent_since is None:
         return False
     before, after = moves[-1]
-    return before.ts - evidence.interval <= silent_since <= after.ts
+    return (before.ts - evidence.interval <= silent_since <= after.ts
+            and evidence.at - after.ts <= USUAL_SESSION + evidence.interval)
 
 
 def _coordinator(evidence: Evidence) -> list[Found]:
