@@ -4,6 +4,10 @@ The second test (issue 28): a broker stopped under a partition it alone holds, b
 consumer: the group STALLs, and its FIRING names the partition without a leader and the broker
 (its docstring says how).
 
+The third (issue 28, "a coordinator move, or its broker down"): the broker that alone holds a
+group's ``__consumer_offsets`` partition stops, so the group has no coordinator: COORDINATOR
+DOWN fires, naming the partition and the broker, and resolves when the broker is back.
+
 The first: unknown is not "resolved" (issue 24): the coordinator broker of
 a STOPPED group is killed (kill -9) and restarted while the snapshot loop keeps running
 (collect, gate, load, live marts on Spark, evaluate: what the snapshot and live DAGs run),
@@ -55,7 +59,7 @@ from sqlalchemy import text
 from groupscope.kafka.coordinator import offsets_partition_for
 from groupscope.serve.alerting.airflow_channels import build_channels
 from groupscope.serve.alerting.rules import load_rules
-from groupscope_dev.kafka import KafkaCluster
+from groupscope_dev.kafka import KafkaCluster, classpath, kafka_libs, require_java
 from groupscope_dev.webhookcatcher import WebhookCatcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster3]
@@ -152,6 +156,21 @@ def _create_topic_on(bootstrap: str, name: str, assignment: list[list[int]]) -> 
                f"topic {name} to appear")
 
 
+def _witnesses(bootstrap: str, offsets: dict[int, tuple[int, int]], others: list[int],
+               victim: int, idle: str) -> None:
+    """A healthy group (caught up on ``idle``, a topic ``victim`` leads no partition of) on
+    each broker of ``others``: status rows at every snapshot while ``victim`` is down."""
+    witnesses: dict[int, str] = {}
+    while set(witnesses) != set(others):
+        name = unique("witness")
+        if _preferred(offsets, name) != victim:
+            witnesses.setdefault(_preferred(offsets, name), name)
+    _create_topic_led_by(bootstrap, idle, [others[1], others[0], others[1]], victim)
+    produce_counts(bootstrap, idle, [5, 5, 5])
+    for witness in witnesses.values():
+        commit_offsets(bootstrap, witness, {(idle, p): 5 for p in range(3)})
+
+
 def _committed(bootstrap: str, group: str) -> bool:
     client = admin(bootstrap)  # must outlive its futures
     future = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
@@ -242,16 +261,8 @@ def test_a_stopped_groups_coordinator_restarting_never_resolves_it(
             "every __consumer_offsets partition led by its preferred replica")
         victim = _preferred(offsets, group)
         others = [n for n in kafka3.node_ids() if n != victim]
-        witnesses: dict[int, str] = {}
-        while set(witnesses) != set(others):
-            name = unique("witness")
-            if _preferred(offsets, name) != victim:
-                witnesses.setdefault(_preferred(offsets, name), name)
         _create_topic_led_by(bootstrap, topic, [others[0], others[1], others[0]], victim)
-        _create_topic_led_by(bootstrap, idle, [others[1], others[0], others[1]], victim)
-        produce_counts(bootstrap, idle, [5, 5, 5])
-        for witness in witnesses.values():
-            commit_offsets(bootstrap, witness, {(idle, p): 5 for p in range(3)})
+        _witnesses(bootstrap, offsets, others, victim, idle)
         producer.start()
 
         phase("1. a consumer committing every second")
@@ -485,4 +496,140 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
         if member is not None and member.poll() is None:
             member.kill()
             member.wait()
+        webhook.stop()
+
+
+def _reassign(cluster: KafkaCluster, partition: int, replicas: list[int], tmp_path: Path) -> None:
+    """Moves ``__consumer_offsets`` partition ``partition`` onto ``replicas`` (Kafka's own
+    kafka-reassign-partitions tool), and waits until the metadata shows it there."""
+    plan = tmp_path / f"reassign-{partition}-{'-'.join(map(str, replicas))}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "__consumer_offsets", "partition": partition, "replicas": replicas}]}))
+    done = subprocess.run(
+        [require_java(), "-cp", classpath(kafka_libs(cluster.version)),
+         "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+         "--bootstrap-server", cluster.bootstrap, "--reassignment-json-file", str(plan),
+         "--execute"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    metadata = admin(cluster.bootstrap)
+    wait_until(lambda: (part := metadata.list_topics(timeout=10).topics["__consumer_offsets"]
+                        .partitions[partition]).replicas == replicas
+               and part.leader == replicas[0], 60,
+               f"__consumer_offsets-{partition} on brokers {replicas}")
+
+
+def test_a_group_whose_coordinator_has_no_replica_left_is_named_with_its_broker(
+        kafka3: KafkaCluster, postgres: Any, warehouse_engine: Any, spark: Any,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28's "a coordinator move, or its broker down", where it stops a group: the
+    group's ``__consumer_offsets`` partition lives on one broker alone (reassigned there: a
+    topic created with replication factor 1, or its other replicas out of sync), and that
+    broker stops. Nothing can take the partition over, so the group has no coordinator: it
+    cannot commit, and its member stops consuming when its session expires (librdkafka's own
+    session check). Once the controller has the broker out, no broker lists the group and no
+    request fails: before this test's fix a snapshot was complete and missed the group, and
+    two such snapshots took it as deleted, so nothing fired. Now every snapshot names the
+    offsets partition without a leader, and the group fires COORDINATOR DOWN with the broker
+    as its cause; it resolves once the broker is back and the group commits again."""
+    bootstrap = kafka3.bootstrap
+    cluster, group = unique("coordless"), unique("ledger")
+    topic, idle = unique("entries"), unique("idle")
+    webhook = WebhookCatcher()
+    webhook.start()
+    monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
+        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES)
+    rules = load_rules(rules_file)
+    loop = Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark,
+                build_channels(rules).channels, rules)
+    metadata = admin(bootstrap)
+    producer = Producing(bootstrap, topic, 3)
+    member: subprocess.Popen[str] | None = None
+    stopped: int | None = None
+    moved: tuple[int, list[int]] | None = None
+    began = time.monotonic()
+
+    def phase(name: str) -> None:
+        print(f"[{time.monotonic() - began:6.1f} s] {name}", flush=True)
+
+    def watched() -> list[tuple[str, str]]:
+        """A pass; what the webhook heard of the group since the test began."""
+        loop.once()
+        with warehouse_engine.connect() as conn:
+            seen = conn.execute(_SEEN, {"c": cluster, "g": group, "at": loop.last}
+                                ).mappings().one()
+        print(f"  [{time.monotonic() - began:6.1f} s] complete {seen['complete']}, errors "
+              f"{seen['errors'] or '-'}, listed {seen['listed']} (coordinator "
+              f"{seen['coordinator_id']}, {seen['member_count']} members), judged "
+              f"{seen['judged_status']}", flush=True)
+        return _webhook_incidents(webhook, group)
+
+    try:
+        phase("1. the group's offsets partition on one broker alone; witnesses on the others")
+        offsets: dict[int, tuple[int, int]] = wait_until(
+            lambda: _find_coordinator(bootstrap) and (now := _offsets_topic(metadata))
+            and len(now) == OFFSETS_PARTITIONS
+            and all(leader == preferred for leader, preferred in now.values()) and now, 60,
+            "every __consumer_offsets partition led by its preferred replica")
+        partition = offsets_partition_for(group, OFFSETS_PARTITIONS)
+        victim = _preferred(offsets, group)
+        others = [n for n in kafka3.node_ids() if n != victim]
+        replicas = list(metadata.list_topics(timeout=10).topics["__consumer_offsets"]
+                        .partitions[partition].replicas)
+        _reassign(kafka3, partition, [victim], tmp_path)
+        moved = (partition, replicas)
+        _create_topic_on(bootstrap, topic, [[others[0], others[1]], [others[1], others[0]],
+                                            [others[0], others[1]]])
+        _witnesses(bootstrap, offsets, others, victim, idle)
+        producer.start()
+        member = _member(bootstrap, group, topic)
+        assert member.stdout is not None
+        line = member.stdout.readline()
+        assert line.startswith("ASSIGNED"), line
+        wait_until(lambda: _committed(bootstrap, group), 30, "the consumer's first commit")
+        healthy_until = time.monotonic() + 20  # a commit rhythm for the status rules to know
+        while time.monotonic() < healthy_until:
+            assert watched() == [], webhook.texts
+
+        phase(f"2. broker {victim}, the only replica of __consumer_offsets-{partition}, stops")
+        kafka3.stop_node(victim)
+        stopped = victim
+        wait_until(watched, 180, "the group's FIRING on the webhook")
+        fired = [t for t in webhook.texts if group in t]
+        print("\n".join(fired), flush=True)
+        assert _webhook_incidents(webhook, group) == [("firing", "group_err")], fired
+        assert fired[0].startswith(f"[FIRING] cluster {cluster}, group {group}: COORDINATOR"
+                                   " DOWN"), fired
+        assert (f"Likely cause: the group's coordinator is down: __consumer_offsets partition"
+                f" {partition} has no leader (its replica: broker {victim}, none in sync and"
+                " up)") in fired[0], fired
+        assert f"broker {victim} coordinated it at its last listing" in fired[0], fired
+        with warehouse_engine.connect() as conn:
+            seen = conn.execute(_SEEN, {"c": cluster, "g": group, "at": loop.last}
+                                ).mappings().one()
+        assert not seen["complete"] and "list_groups:COORDINATOR_NOT_AVAILABLE" in \
+            seen["errors"] and not seen["listed"], seen
+
+        phase(f"3. broker {victim} back: the group commits again and resolves")
+        kafka3.start_node(victim)
+        kafka3.wait_ready()
+        stopped = None
+        wait_until(lambda: ("resolved", "group_err") in watched(), 180,
+                   "the group's RESOLVED on the webhook")
+        assert _webhook_incidents(webhook, group) == [("firing", "group_err"),
+                                                      ("resolved", "group_err")], webhook.texts
+        phase("done")
+    finally:
+        if stopped is not None:  # the module's other tests need the whole cluster
+            kafka3.start_node(stopped)
+            kafka3.wait_ready()
+        producer.stopping.set()
+        if producer.is_alive():
+            producer.join(15)
+        if member is not None and member.poll() is None:
+            member.kill()
+            member.wait()
+        if moved is not None:  # and their groups' coordinators replicated as before
+            _reassign(kafka3, moved[0], moved[1], tmp_path)
         webhook.stop()

@@ -4,6 +4,7 @@ is none. The same causes on real clusters: tests/integration/test_alert_causes.p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -12,12 +13,13 @@ from groupscope.serve.alerting.causes import (
     Evidence,
     GroupPoint,
     Member,
+    Outage,
     PartitionPoint,
     Totals,
     rank,
 )
 from groupscope.serve.alerting.incidents import Incident
-from groupscope.serve.alerting.notify import cause_lines, single
+from groupscope.serve.alerting.notify import cause_lines, headline, single
 
 T0 = datetime(2026, 11, 24, 10, 0, 0, tzinfo=UTC)
 EVERY = timedelta(seconds=15)
@@ -384,3 +386,38 @@ def test_a_leader_move_as_commits_stopped_is_named_and_an_old_one_is_not() -> No
     # advancing ones is then a poison record.
     assert kinds(rank(evidence(21, partitions, leader=moved_at(3)), "group_status_err")) \
         == ["stuck_on_record"]
+
+
+def test_a_group_whose_offsets_partition_has_no_leader_names_its_coordinator_down() -> None:
+    # Listed up to snapshot 16, coordinated by broker 2; from 17 its __consumer_offsets
+    # partition has no leader, so no snapshot lists it: the history ends there.
+    listed = evidence(17, {("orders", 0): steady()}, coordinator=lambda i: 2)
+    outage = Outage(7, ts(17), "__consumer_offsets partition 7 has no leader (its replica: "
+                    "broker 2, none in sync and up): the groups it coordinates cannot be "
+                    "listed, described or committed to")
+    hidden = dataclasses.replace(listed, at=ts(19), outage=outage)
+    found = rank(hidden, "group_status_err")
+    assert kinds(found)[:1] == ["coordinator_down"], found
+    assert found[0].evidence.startswith(
+        "__consumer_offsets partition 7 has no leader (its replica: broker 2, none in sync and "
+        "up), since 10:04:15Z; broker 2 coordinated it at its last listing, 10:04:00Z."), found
+    # It explains a lag alert as well; and a group whose partition is led is not named so.
+    assert kinds(rank(hidden, "lag_seconds"))[:1] == ["coordinator_down"]
+    assert "coordinator_down" not in kinds(rank(listed, "group_status_err"))
+    incident = Incident("i1", "fp", "group_err", "critical", "prod", "ledger", "", "firing",
+                        T0, T0, T0, 1.0, 0.0,
+                        {"condition": "group_status_err", "coordinator_down": True,
+                         "offsets_partition": 7, "down_since": ts(17).isoformat(),
+                         "last_listed": ts(16).isoformat(), "member_count": 1,
+                         "state": "Stable", "coordinator": 2,
+                         "causes": [c.as_dict() for c in found]})
+    assert headline(incident) == "COORDINATOR DOWN (it can neither commit nor rebalance)"
+    from groupscope.serve.alerting.incidents import Undelivered
+    text = single(Undelivered(incident, "firing", "webhook", 0, T0, None, None),
+                  "http://grafana").text
+    assert ("Its offsets partition, __consumer_offsets-7, has had no leader since 10:04:15Z: "
+            "no broker coordinates the group, so its commits fail and no broker lists it."
+            ) in text, text
+    assert "Last listed 10:04:00Z with 1 member(s) (Stable), coordinated by broker 2." in text
+    assert "Likely cause: the group's coordinator is down: __consumer_offsets partition 7" \
+        in text, text

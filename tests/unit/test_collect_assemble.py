@@ -17,6 +17,7 @@ from groupscope.collect.assemble import (
     assemble_snapshot,
     classic_descriptions,
     consumer_group_state,
+    coordinator_outages,
     other_protocol_listings,
     partition_offsets,
     record_timestamp_requests,
@@ -364,3 +365,19 @@ def test_a_reread_replaces_only_the_suspect_offsets_and_their_ends() -> None:
     # the later ends, and the first log start (a later one could pass the reread offset)
     assert ends == [PartitionOffsets("t", 0, 40, 66, 65), PartitionOffsets("t", 1, 0, 9, 9)]
     assert apparent_losses(fixed, ends) == {"lost": [TopicPartition("t", 0)]}
+
+
+def test_an_offsets_partition_without_a_leader_is_an_error_naming_its_replicas() -> None:
+    # Its groups have no coordinator: no broker lists them, so without the error the
+    # snapshot would be complete and miss them as if they had been deleted.
+    metadata = dataclasses.replace(_metadata(), offsets_leaders={0: 10, 1: -1, 2: 12},
+                                   offsets_replicas={0: (10,), 1: (11,), 2: (12, 10)})
+    errors = coordinator_outages(metadata)
+    assert [(e.stage, e.code, e.topic, e.partition) for e in errors] == [
+        (Stage.LIST_GROUPS, "COORDINATOR_NOT_AVAILABLE", "__consumer_offsets", 1)]
+    assert errors[0].message.startswith(
+        "__consumer_offsets partition 1 has no leader (its replica: broker 11, none in sync "
+        "and up)"), errors[0].message
+    assert coordinator_outages(_metadata()) == []  # every partition led
+    two = dataclasses.replace(metadata, offsets_replicas={1: (11, 12)})
+    assert "(its replicas: brokers 11, 12," in coordinator_outages(two)[0].message

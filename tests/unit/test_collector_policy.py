@@ -51,7 +51,7 @@ class ScriptedAdmin:
     def list_topics(self, timeout: float) -> Any:
         if self.metadata_error is not None:
             raise KafkaException(KafkaError(self.metadata_error))
-        partition = SimpleNamespace(leader=1)
+        partition = SimpleNamespace(leader=1, replicas=[1])
         return SimpleNamespace(
             brokers={1: None},
             topics={

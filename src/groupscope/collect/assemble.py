@@ -29,6 +29,7 @@ from groupscope.contract.model import (
     TopicPartition,
 )
 from groupscope.kafka.adapter import (
+    OFFSETS_TOPIC,
     ClassicGroup,
     ClusterMetadata,
     Described,
@@ -183,6 +184,27 @@ def _expected_coordinator(group_id: str, metadata: ClusterMetadata) -> int | Non
         return None
     partition = offsets_partition_for(group_id, len(metadata.offsets_leaders))
     return metadata.offsets_leaders.get(partition)
+
+
+def coordinator_outages(metadata: ClusterMetadata) -> list[CollectionError]:
+    """One error per ``__consumer_offsets`` partition without a leader. Such a partition's
+    groups have no coordinator: no broker lists them, and they can be neither described nor
+    committed to, nor rebalanced. Without this error a snapshot taken once the broker was
+    fenced is complete and misses them, as if they had been deleted."""
+    errors = []
+    for partition, leader in sorted(metadata.offsets_leaders.items()):
+        if leader >= 0:
+            continue
+        replicas = metadata.offsets_replicas.get(partition, ())
+        on = (f"its replica{'s' if len(replicas) > 1 else ''}: broker"
+              f"{'s' if len(replicas) > 1 else ''} {', '.join(map(str, replicas))}"
+              if replicas else "no replica listed")
+        errors.append(CollectionError(
+            Stage.LIST_GROUPS, "COORDINATOR_NOT_AVAILABLE",
+            f"{OFFSETS_TOPIC} partition {partition} has no leader ({on}, none in sync and"
+            " up): the groups it coordinates cannot be listed, described or committed to",
+            topic=OFFSETS_TOPIC, partition=partition, retriable=True))
+    return errors
 
 
 def other_kinds_hinted(classic_view: Mapping[str, ClassicGroup],

@@ -42,6 +42,7 @@ from groupscope.collect.assemble import (
     assemble_groups,
     assemble_snapshot,
     classic_descriptions,
+    coordinator_outages,
     kind_groups,
     other_kinds_hinted,
     other_protocol_listings,
@@ -205,7 +206,7 @@ class Collector:
 
     def _snapshot(self, snapshot_ts: datetime) -> Snapshot:
         metadata = self._metadata()
-        errors: list[CollectionError] = []
+        errors: list[CollectionError] = coordinator_outages(metadata)
         listings, classic_view, kinds_hinted = self._list_groups(errors)
         # Describing and fetching committed offsets are independent per group: overlap them,
         # and the share and streams groups' Java Admin round with both.

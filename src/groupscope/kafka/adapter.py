@@ -76,6 +76,8 @@ class ClusterMetadata:
     topic_errors: dict[str, CollectionError]
     # (topic, partition) -> leader broker id, -1 when the partition has none (offline).
     partition_leaders: dict[tuple[str, int], int] = field(default_factory=dict)
+    # __consumer_offsets partition -> its replicas' broker ids (where an offline one lives).
+    offsets_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -270,11 +272,13 @@ def read_metadata(md: Any) -> ClusterMetadata:
     leaders = {(name, pid): p.leader for name, topic in md.topics.items()
                if topic.error is None for pid, p in topic.partitions.items()}
     offsets_leaders: dict[int, int] = {}
+    offsets_replicas: dict[int, tuple[int, ...]] = {}
     if OFFSETS_TOPIC in md.topics and md.topics[OFFSETS_TOPIC].error is None:
-        offsets_leaders = {
-            pid: p.leader for pid, p in md.topics[OFFSETS_TOPIC].partitions.items()
-        }
-    return ClusterMetadata(set(md.brokers), topics, offsets_leaders, topic_errors, leaders)
+        offsets = md.topics[OFFSETS_TOPIC].partitions
+        offsets_leaders = {pid: p.leader for pid, p in offsets.items()}
+        offsets_replicas = {pid: tuple(p.replicas or ()) for pid, p in offsets.items()}
+    return ClusterMetadata(set(md.brokers), topics, offsets_leaders, topic_errors, leaders,
+                           offsets_replicas)
 
 
 def read_listing(result: Any) -> ConsumerGroupListing:

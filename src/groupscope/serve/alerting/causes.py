@@ -21,6 +21,8 @@ function of that evidence and the condition the alert is about. The causes it kn
   partitions advance (a poison message), with the offset;
 - ``rebalance_storm`` (and, for a storm alert, ``members_churning``): the generations of the
   window, and who joined and left;
+- ``coordinator_down``: the ``__consumer_offsets`` partition that coordinates the group has no
+  leader (its brokers down, no replica in sync to take over): the group has no coordinator;
 - ``coordinator_moved`` and ``broker_unreachable``: the group's coordinator changed, or a
   snapshot was partial (a broker did not answer);
 - ``partition_leader``: partitions whose commits stopped while they had no leader (their broker
@@ -48,6 +50,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
+
+from groupscope.kafka.coordinator import offsets_partition_for
 
 LOOKBACK = timedelta(hours=1)
 MAX_PARTITION_ROWS = 20_000
@@ -136,6 +140,16 @@ class PartitionPoint:
 
 
 @dataclass(frozen=True)
+class Outage:
+    """A ``__consumer_offsets`` partition without a leader at the judged snapshot: the groups
+    it coordinates have no coordinator (``collect.assemble.coordinator_outages``)."""
+
+    partition: int
+    since: datetime  # the first snapshot of the run of snapshots that saw it without a leader
+    message: str  # the collection error's, naming its replicas
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What ``rank`` works from: one group's history up to the judged snapshot ``at``."""
 
@@ -151,6 +165,8 @@ class Evidence:
     # Members listed at ``at`` whose current assignment differs from their target (a
     # consumer-protocol group reconciling): member id -> (current, target) partition counts.
     unreconciled: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # The group's offsets partition, when it has no leader at ``at``.
+    outage: Outage | None = None
 
     @property
     def interval(self) -> timedelta:
@@ -179,6 +195,8 @@ _WEIGHT: Mapping[str, Mapping[str, float]] = {
     "stuck_on_record": {"err": 100, "stop": 50, "lag": 85},
     "members_churning": {"storm": 100},
     "rebalance_storm": {"err": 75, "stop": 50, "lag": 70},
+    "coordinator_down": {"err": 100, "stop": 100, "lag": 100, "storm": 90, "rewind": 50,
+                         "stuck": 100},
     "coordinator_moved": {"err": 85, "stop": 60, "lag": 40, "storm": 70, "rewind": 20,
                           "stuck": 50},
     "broker_unreachable": {"err": 80, "stop": 55, "lag": 35, "storm": 60, "stuck": 50},
@@ -511,6 +529,17 @@ def _silenced_by_the_move(evidence: Evidence, silent_since: datetime | None) -> 
 
 def _coordinator(evidence: Evidence) -> list[Found]:
     found: list[Found] = []
+    if evidence.outage is not None:
+        last = evidence.points[-1] if evidence.points else None
+        coordinated = (f"; broker {last.coordinator} coordinated it at its last listing,"
+                       f" {_clock(last.ts)}" if last is not None and last.coordinator is not None
+                       else "")
+        found.append(("coordinator_down", "the group's coordinator is down",
+                      f"{evidence.outage.message.split(': the groups')[0]}, since"
+                      f" {_clock(evidence.outage.since)}{coordinated}. The group can be neither"
+                      " read nor committed to, and cannot rebalance; its members stop"
+                      " consuming once their sessions expire, and resume when a replica of"
+                      " the partition is back", evidence.outage.since))
     moves = _coordinator_moves(evidence)
     if moves:
         before, after = moves[-1]
@@ -870,6 +899,39 @@ WHERE cluster = :cluster AND group_id = :group_id AND event_ts > :since AND even
 """)
 
 
+# The judged snapshot's __consumer_offsets partitions without a leader, each with the first
+# snapshot of the run that saw it so (bounded to a day back).
+_OUTAGES = text("""
+SELECT e.partition, e.message, s.offsets_topic_partitions AS partitions,
+       (SELECT min(o.snapshot_ts) FROM raw.snapshots o
+        WHERE o.cluster = e.cluster AND o.snapshot_ts <= e.snapshot_ts
+          AND o.snapshot_ts > coalesce(
+              (SELECT max(w.snapshot_ts) FROM raw.snapshots w
+               WHERE w.cluster = e.cluster AND w.snapshot_ts < e.snapshot_ts
+                 AND w.snapshot_ts >= :horizon
+                 AND NOT EXISTS (
+                     SELECT 1 FROM raw.collection_errors x
+                     WHERE x.cluster = w.cluster AND x.snapshot_ts = w.snapshot_ts
+                       AND x.code = 'COORDINATOR_NOT_AVAILABLE' AND x.topic = e.topic
+                       AND x.partition = e.partition)),
+              :horizon - interval '1 microsecond')) AS since
+FROM raw.collection_errors e
+JOIN raw.snapshots s ON s.cluster = e.cluster AND s.snapshot_ts = e.snapshot_ts
+WHERE e.cluster = :cluster AND e.snapshot_ts = :at AND e.code = 'COORDINATOR_NOT_AVAILABLE'
+  AND e.topic = '__consumer_offsets'
+""")
+
+
+def coordinator_outages(conn: Any, cluster: str, at: datetime) -> tuple[int | None,
+                                                                        dict[int, Outage]]:
+    """The offsets topic's partition count at ``at`` and its partitions without a leader."""
+    rows = conn.execute(_OUTAGES, {"cluster": cluster, "at": at,
+                                   "horizon": at - timedelta(days=1)}).fetchall()
+    count = next((int(r.partitions) for r in rows if r.partitions), None)
+    return count, {int(r.partition): Outage(int(r.partition), r.since or at, r.message)
+                   for r in rows}
+
+
 def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: timedelta,
                   lookback: timedelta = LOOKBACK) -> Evidence:
     """The group's history from ``at - lookback`` to ``at`` (the judged snapshot)."""
@@ -901,8 +963,10 @@ def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: t
     unreconciled = {m: (kinds.get("current", (0, []))[0], kinds["target"][0])
                     for m, kinds in assigned.items()
                     if "target" in kinds and kinds.get("current", (0, []))[1] != kinds["target"][1]}
+    count, outages = coordinator_outages(conn, cluster, at)
+    outage = outages.get(offsets_partition_for(group_id, count)) if count else None
     return Evidence(at, every, points, changes, listed, totals, partitions,
-                    int(generations.generations or 0), generations.first, unreconciled)
+                    int(generations.generations or 0), generations.first, unreconciled, outage)
 
 
 def explains(condition: str) -> bool:

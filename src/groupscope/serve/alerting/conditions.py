@@ -43,6 +43,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from groupscope.kafka.coordinator import offsets_partition_for
 from groupscope.serve.alerting import causes
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,9 @@ QUALITY_HORIZON = timedelta(hours=24)
 # a broker outage that stops a thousand groups must not stop the evaluation too. The others'
 # messages say the causes were not read.
 MAX_EXPLAINED = 50
+# How many snapshot intervals before its offsets partition lost its leader a group must have
+# been listed to be taken as hidden by that: a group deleted long before is not.
+HIDDEN_LISTED = 5
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,19 @@ LEFT JOIN LATERAL (
     WHERE p.cluster = s.cluster AND p.snapshot_ts < s.snapshot_ts
     ORDER BY p.snapshot_ts DESC LIMIT 1) previous ON true
 WHERE s.cluster = :cluster AND s.snapshot_ts = :at
+""")
+
+# The groups listed in the snapshots before ``until`` and in none from it to ``at``, each as
+# it was last listed.
+_LISTED_BEFORE = text("""
+SELECT DISTINCT ON (g.group_id) g.group_id, g.snapshot_ts, g.state, g.member_count,
+       g.coordinator_id
+FROM raw.consumer_groups g
+WHERE g.cluster = :cluster AND g.snapshot_ts >= :since AND g.snapshot_ts < :until
+  AND NOT EXISTS (SELECT 1 FROM raw.consumer_groups n WHERE n.cluster = g.cluster
+                  AND n.group_id = g.group_id AND n.snapshot_ts >= :until
+                  AND n.snapshot_ts <= :at)
+ORDER BY g.group_id, g.snapshot_ts DESC
 """)
 
 _TASKS = text("""
@@ -310,10 +327,16 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
                 observations.append(Observation(kind, cluster, row["group_id"], float(value),
                                                 details))
             by_group.setdefault(row["group_id"], []).append(observations[-1])
+    seen = {r["group_id"] for r in rows}
+    if stale is None and at is not None:
+        for group_id, hidden in _without_coordinator(conn, cluster, wanted, at, every).items():
+            if group_id not in seen:
+                observations += hidden
+                by_group[group_id] = hidden
+                seen.add(group_id)
     if stale is None:
         observations = _explained(conn, cluster, observations, by_group, open_groups, holds,
                                   at, every)
-    seen = {r["group_id"] for r in rows}
     for group_id in sorted(open_groups - seen):
         why = _why_absent(conn, cluster, group_id, at) if stale is None else stale
         if why is not None:
@@ -367,6 +390,39 @@ _NULL_REASON = {
     "loss_forecast_s": "its loss forecast cannot be computed for some partition (no rates yet, "
                        "a gap in the snapshots, or its topic's retention settings not read)",
 }
+
+
+def _without_coordinator(conn: Any, cluster: str, wanted: set[str], at: datetime,
+                         every: timedelta) -> dict[str, list[Observation]]:
+    """The groups an offsets partition without a leader hides at ``at``: listed in the
+    snapshots just before it lost its leader, listed by none since. They have no coordinator:
+    they can neither commit nor rebalance, and their members stop consuming once their
+    sessions expire. That is a group in trouble (ERR), not one deleted, nor one unknown."""
+    count, outages = causes.coordinator_outages(conn, cluster, at)
+    if not count or not outages:
+        return {}
+    hidden: dict[str, list[Observation]] = {}
+    for outage in outages.values():
+        rows = conn.execute(_LISTED_BEFORE, {"cluster": cluster, "at": at,
+                                             "until": outage.since,
+                                             "since": outage.since - HIDDEN_LISTED * every})
+        for row in rows:
+            if offsets_partition_for(row.group_id, count) != outage.partition:
+                continue
+            details = {"status": "ERR", "coordinator_down": True,
+                       "offsets_partition": outage.partition,
+                       "down_since": outage.since.isoformat(), "outage": outage.message,
+                       "last_listed": row.snapshot_ts.isoformat(), "state": row.state,
+                       "member_count": row.member_count, "coordinator": row.coordinator_id,
+                       "snapshot_ts": at.isoformat()}
+            why = (f"its coordinator is down ({outage.message}): nothing of the group can be "
+                   "read")
+            hidden[row.group_id] = [
+                Observation(kind, cluster, row.group_id, 1.0, details)
+                if kind == "group_status_err" else unknown(kind, cluster, row.group_id, why,
+                                                           details)
+                for kind in GROUP_CONDITIONS if kind in wanted]
+    return hidden
 
 
 def _why_absent(conn: Any, cluster: str, group_id: str, at: datetime | None) -> str | None:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from groupscope.kafka.adapter import OFFSETS_TOPIC
 from groupscope.serve.alerting import causes
 from groupscope.serve.alerting.channels import Channel, ChannelError, Message
 from groupscope.serve.alerting.incidents import Incident, Undelivered, is_unknown_notice
@@ -93,6 +94,8 @@ def subject_of(incident: Incident) -> str:
 def headline(incident: Incident) -> str:
     """What is wrong, in a word or a few (upper case for the states an on-call pages on)."""
     d, condition = incident.details, incident.details.get("condition", "")
+    if condition == "group_status_err" and d.get("coordinator_down"):
+        return "COORDINATOR DOWN (it can neither commit nor rebalance)"
     if condition == "group_status_err":
         # STOP: nobody commits (the group is empty, or its progress stopped as a whole while
         # its members are still listed); STALL: members are there, some partitions are not.
@@ -184,6 +187,15 @@ def detail_lines(incident: Incident) -> list[str]:
     members_line = (f"Members: {_count(members)} ({d.get('state', '?')}"
                     + (f" since {_clock(d.get('no_members_since'))}"
                        if members == 0 and d.get("no_members_since") else "") + ").")
+    if condition == "group_status_err" and d.get("coordinator_down"):
+        coordinator = d.get("coordinator")
+        return [f"Its offsets partition, {OFFSETS_TOPIC}-{d.get('offsets_partition')}, has had "
+                f"no leader since {_clock(d.get('down_since'))}: no broker coordinates the "
+                "group, so its commits fail and no broker lists it.",
+                f"Last listed {_clock(d.get('last_listed'))} with {_count(d.get('member_count'))}"
+                f" member(s) ({d.get('state', '?')})"
+                + (f", coordinated by broker {coordinator}." if coordinator is not None
+                   else ".")]
     if condition == "group_status_err":
         affected = (d.get("stop_partitions") or 0) + (d.get("stall_partitions") or 0)
         still = _seconds_between(d.get("unchanged_since"), d.get("snapshot_ts"))
