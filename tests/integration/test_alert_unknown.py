@@ -23,11 +23,11 @@ fault, not this test's); each other broker coordinates a healthy "witness" group
 on an idle topic), so the snapshots keep status rows while the victim is down.
 
 What the passes see (Kafka 4.3.1): the first pass after the kill is partial (the dead broker's
-ListGroups times out, three times), and by the end of that listing the controller has fenced
-the victim and moved the group's offsets partition to a survivor, so the group is listed on its
-new coordinator with its commits, judged STOPPED. The group absent from a *partial* snapshot
-(unknown: ``conditions._why_absent``) is checked whenever a pass sees it, but this scenario
-has not produced it: the collector's retries outlast the move. After the restart the preferred
+ListGroups times out, once: a broker that timed out is not asked again within a snapshot). The
+survivors answered that listing before the controller fenced the victim, so the group can be
+absent from it: unknown (``conditions._why_absent``), and still firing. By the next pass the
+group's offsets partition has moved to a survivor, so the group is listed on its new
+coordinator with its commits, judged STOPPED. After the restart the preferred
 leader takes the partition back, and the pass right after that move can see a *complete*
 snapshot without the group: the group coordinator answers ListGroups for a shard it is giving
 up (NotCoordinatorException) with an empty list and no error, and the new leader lists the

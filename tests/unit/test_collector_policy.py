@@ -64,10 +64,16 @@ class ScriptedAdmin:
             },
         )
 
+    # What each ListGroups call's result lists as its failed brokers, call by call (a
+    # KafkaError code per failed broker; none once the list runs out).
+    listing_errors: list[list[int]] = []  # noqa: RUF012 (replaced per instance)
+
     def list_consumer_groups(self, **_: Any) -> Any:
+        self.calls["list_groups"] += 1
         listing = [SimpleNamespace(group_id=g, is_simple_consumer_group=True, state=None,
                                    type=None) for g in self.groups]
-        return _done(SimpleNamespace(valid=listing, errors=[]))
+        failed = self.listing_errors.pop(0) if self.listing_errors else []
+        return _done(SimpleNamespace(valid=listing, errors=[KafkaError(c) for c in failed]))
 
     def list_groups(self, timeout: float) -> list[Any]:
         if not self.classic_view:
@@ -327,3 +333,19 @@ def test_topics_failing_alike_are_one_error() -> None:
     assert (error.stage.value, error.code, error.topic) == (
         "topic_configs", "TOPIC_AUTHORIZATION_FAILED", None)
     assert error.message.startswith("4 topics (a, b, c, ...): "), error.message
+
+
+def test_a_broker_that_let_listgroups_time_out_is_not_asked_again() -> None:
+    # A killed broker, still in the metadata until the controller fences it: each ask waits
+    # the whole request timeout. The others' groups are kept and the snapshot says what failed.
+    admin = ScriptedAdmin(2)
+    admin.listing_errors = [[KafkaError._TIMED_OUT]] * 3
+    snapshot = _collect(admin)
+    assert admin.calls["list_groups"] == 1
+    assert [(e.stage, e.code, e.attempts) for e in snapshot.errors] == [
+        (Stage.LIST_GROUPS, "_TIMED_OUT", 1)]
+    assert len(snapshot.groups) == 2 and not snapshot.complete
+    # A broker whose coordinator is loading answers at once: asked again, then listed.
+    loading = ScriptedAdmin(2)
+    loading.listing_errors = [[KafkaError.COORDINATOR_LOAD_IN_PROGRESS]]
+    assert _collect(loading).complete and loading.calls["list_groups"] == 2

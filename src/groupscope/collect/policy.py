@@ -48,6 +48,8 @@ RETRIABLE = frozenset(
 # Errors of a whole-cluster request (ListGroups) that mean no broker can be reached: going on
 # would only record the same failure for every group.
 CLUSTER_UNREACHABLE = frozenset({"_TRANSPORT", "_TIMED_OUT", "_AUTHENTICATION"})
+# A request that waited out its whole timeout: asking the same broker again waits as long.
+TIMEOUTS = frozenset({"_TIMED_OUT", "REQUEST_TIMED_OUT"})
 
 
 @dataclass(frozen=True, slots=True)
