@@ -421,3 +421,32 @@ def test_a_group_whose_offsets_partition_has_no_leader_names_its_coordinator_dow
     assert "Last listed 10:04:00Z with 1 member(s) (Stable), coordinated by broker 2." in text
     assert "Likely cause: the group's coordinator is down: __consumer_offsets partition 7" \
         in text, text
+
+
+def test_a_member_that_rejoined_after_its_coordinator_moved_did_not_crash() -> None:
+    # Broker 2, the coordinator, is killed after snapshot 15; the group is on broker 1 from
+    # snapshot 17. Its consumer lost the coordinator for longer than its session, rejoined as
+    # m-alice-2 (listed from 17) and the new coordinator expired the old id at 18. Commits
+    # stopped from 15 to 17 while production went on, so the lag grew.
+    again = Member("m-alice-2", ALICE.client_id, ALICE.host)
+    changes = [Change("joined", ts(17), ts(16), again), Change("left", ts(18), ts(17), ALICE)]
+
+    def paused(i: int) -> tuple[str | None, int, int]:
+        done = min(i, 15) + max(i - 17, 0)  # the same rate afterwards: the lag stays
+        return ("m-alice" if i < 17 else "m-alice-2"), 1000 + done * 100, 1000 + i * 100 + 5
+    moved = evidence(20, {("orders", 0): paused}, listed=(again,), changes=changes,
+                     coordinator=lambda i: 2 if i < 17 else 1, complete=lambda i: i != 16)
+    for condition in ("lag_seconds", "group_status_err"):
+        found = rank(moved, condition)
+        assert kinds(found)[0] == "coordinator_moved", (condition, found)
+        assert not {"member_crashed", "member_left", "consumer_slower"} & set(kinds(found))
+    # Near misses: the same leave without the move is named, and so is one at the move that
+    # no rejoin of the same client explains; without the move the slow consumption is too.
+    stayed = dataclasses.replace(moved, points=[dataclasses.replace(p, coordinator=1)
+                                                for p in moved.points])
+    assert "member_left" in kinds(rank(stayed, "group_status_err"))
+    assert "consumer_slower" in kinds(rank(stayed, "lag_seconds"))
+    other = Member("m-bob-2", BOB.client_id, BOB.host)
+    alone = dataclasses.replace(moved, changes=[Change("joined", ts(17), ts(16), other),
+                                                changes[1]])
+    assert "member_left" in kinds(rank(alone, "group_status_err"))

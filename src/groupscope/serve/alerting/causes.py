@@ -228,6 +228,11 @@ def rank(evidence: Evidence, condition: str) -> list[Cause]:
     if any(f[0] == "rebalance_waits" for f in found):
         # A rebalance in progress silences every member: the one it waits for is the cause.
         found = [f for f in found if f[0] != "members_silent"]
+    moves = _coordinator_moves(evidence)
+    if moves and evidence.at - moves[-1][1].ts <= USUAL_SESSION + evidence.interval:
+        # Commits pause while the new coordinator loads the group and its members rejoin: a
+        # consumption rate measured over that pause is the move's, not a slow consumer's.
+        found = [f for f in found if f[0] != "consumer_slower"]
     if any(f[0] == "members_silent" and _silenced_by_the_move(evidence, f[3]) for f in found):
         # So does a coordinator that goes away: the move is the cause, not the members.
         found = [f for f in found if f[0] != "members_silent"]
@@ -350,7 +355,7 @@ def _membership(evidence: Evidence, family: str) -> list[Found]:
     left: list[tuple[Member, datetime, datetime]] = []
     unclear: list[tuple[Member, datetime]] = []
     for change in evidence.changes:
-        if change.change != "left":
+        if change.change != "left" or _rejoined_after_the_move(evidence, change):
             continue
         keys = _member_partitions(evidence, change.member.member_id, change.before)
         last = _silence(evidence, progress, keys, change.before) if keys else None
@@ -525,6 +530,25 @@ def _silenced_by_the_move(evidence: Evidence, silent_since: datetime | None) -> 
     before, after = moves[-1]
     return (before.ts - evidence.interval <= silent_since <= after.ts
             and evidence.at - after.ts <= USUAL_SESSION + evidence.interval)
+
+
+def _rejoined_after_the_move(evidence: Evidence, change: Change) -> bool:
+    """A member that left around the coordinator's last move while the same client (id and
+    host) joined again: its consumer lost the coordinator for longer than its session (a
+    broker killed, then fenced), dropped its membership and rejoined under a new member id,
+    and the new coordinator expired the old id a session later. The move is the cause, not a
+    crash."""
+    moves = _coordinator_moves(evidence)
+    if not moves:
+        return False
+    before, after = moves[-1]
+    window = USUAL_SESSION + evidence.interval
+    if not before.ts - evidence.interval <= change.at <= after.ts + window:
+        return False
+    who = (change.member.client_id, change.member.host)
+    return any(other.change == "joined" and (other.member.client_id, other.member.host) == who
+               and before.ts - evidence.interval <= other.at <= change.at
+               for other in evidence.changes)
 
 
 def _coordinator(evidence: Evidence) -> list[Found]:
