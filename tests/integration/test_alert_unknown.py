@@ -6,7 +6,8 @@ consumer: the group STALLs, and its FIRING names the partition without a leader 
 
 The third (issue 28, "a coordinator move, or its broker down"): the broker that alone holds a
 group's ``__consumer_offsets`` partition stops, so the group has no coordinator: COORDINATOR
-DOWN fires, naming the partition and the broker, and resolves when the broker is back.
+DOWN fires, naming the partition and the broker, and resolves when the broker is back; the
+cluster's ``snapshot_incomplete`` says what its snapshots could not read.
 
 The first: unknown is not "resolved" (issue 24): the coordinator broker of
 a STOPPED group is killed (kill -9) and restarted while the snapshot loop keeps running
@@ -610,6 +611,18 @@ def test_a_group_whose_coordinator_has_no_replica_left_is_named_with_its_broker(
                                 ).mappings().one()
         assert not seen["complete"] and "list_groups:COORDINATOR_NOT_AVAILABLE" in \
             seen["errors"] and not seen["listed"], seen
+
+        phase("2. the cluster's snapshots stay incomplete, and its alert says what they miss")
+
+        def incomplete() -> list[str]:
+            watched()
+            return [t for t in webhook.texts
+                    if t.startswith(f"[FIRING] cluster {cluster}: snapshots INCOMPLETE")]
+        [cluster_alert] = wait_until(incomplete, 120, "snapshot_incomplete's FIRING")
+        print(cluster_alert, flush=True)
+        assert (f"could not read: list_groups COORDINATOR_NOT_AVAILABLE x1 (e.g."
+                f" __consumer_offsets partition {partition} has no leader (its replica: broker"
+                f" {victim}, none in sync and up)") in cluster_alert, cluster_alert
 
         phase(f"3. broker {victim} back: the group commits again and resolves")
         kafka3.start_node(victim)

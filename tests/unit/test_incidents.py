@@ -542,3 +542,27 @@ def test_the_loss_forecast_names_the_partition_its_retention_the_rates_and_when(
                             details={**incident.details, "loss_basis": None})
     [(message, _)] = messages([Undelivered(unknown_value, "firing", "webhook", 0)], "")
     assert "No partition's loss is forecast at the latest snapshot" in message.text
+
+
+def test_incomplete_snapshots_name_what_the_latest_could_not_read(tmp_path: Path) -> None:
+    from groupscope.serve.alerting.notify import single
+
+    failed = [{"stage": "list_groups", "code": "COORDINATOR_NOT_AVAILABLE", "count": 1,
+               "example": "__consumer_offsets partition 42 has no leader (its replica: broker "
+                          "1, none in sync and up)"}]
+    ruleset = rules(tmp_path)
+    details = {"last_snapshot": T0.isoformat(), "last_complete_snapshot": None,
+               "snapshot_every_s": 15.0}
+    seen = Observation("snapshot_incomplete", "prod", "", 4.0,
+                       {**details, "last_errors": failed})
+    [notice] = evaluate(ruleset, [seen], [], T0).notices
+    text = single(Undelivered(notice.incident, "firing", "webhook", 0), "http://g").text
+    assert (f"4 snapshots in a row are incomplete (threshold 3); the latest, at "
+            f"{T0:%H:%M:%S}Z, could not read: list_groups COORDINATOR_NOT_AVAILABLE x1 (e.g. "
+            "__consumer_offsets partition 42 has no leader (its replica: broker 1, none in sync "
+            "and up)).") in text, text
+    # Without the errors (an evaluation before they were read), the table is named instead.
+    bare = Observation("snapshot_incomplete", "prod", "", 4.0, details)
+    [notice] = evaluate(ruleset, [bare], [], T0).notices
+    assert "see raw.collection_errors" in single(
+        Undelivered(notice.incident, "firing", "webhook", 0), "http://g").text

@@ -140,6 +140,14 @@ SELECT (SELECT min(p.snapshot_ts) FROM positions p, moved
 
 _COLLECTOR = text("SELECT * FROM serve.cluster_conditions WHERE cluster = :cluster")
 
+# What the newest snapshot could not learn, by stage and error: what an incomplete snapshot's
+# message names.
+_LAST_ERRORS = text("""
+SELECT stage, code, count(*) AS count, min(message) AS example
+FROM raw.collection_errors WHERE cluster = :cluster AND snapshot_ts = :at
+GROUP BY stage, code ORDER BY count(*) DESC, stage, code LIMIT 5
+""")
+
 _QUALITY = text("""
 SELECT DISTINCT ON (suite) suite, subject, success, failed, checked_at
 FROM ops.quality_results
@@ -488,8 +496,14 @@ def _cluster_observations(conn: Any, cluster: str, wanted: set[str], now: dateti
             "collector_stale", cluster, "",
             float(collector.collector_stale_s) / snapshot_every.total_seconds(),
             {**common, "since_s": float(collector.collector_stale_s)}))
+        failures = ([{"stage": r.stage, "code": r.code, "count": int(r.count),
+                      "example": r.example}
+                     for r in conn.execute(_LAST_ERRORS, {"cluster": cluster,
+                                                          "at": collector.last_snapshot})]
+                    if collector.snapshot_incomplete else [])
         observations.append(Observation("snapshot_incomplete", cluster, "",
-                                        float(collector.snapshot_incomplete), common))
+                                        float(collector.snapshot_incomplete),
+                                        {**common, "last_errors": failures}))
     else:
         # No snapshot left (retention emptied raw.snapshots, or none ever landed): the
         # collector's health cannot be judged, and is not "recovered" either.

@@ -252,8 +252,12 @@ def detail_lines(incident: Incident) -> list[str]:
                 f"{_clock(d.get('last_snapshot'))}.",
                 "Check the snapshot DAG's runs and the cluster's reachability."]
     if condition == "snapshot_incomplete":
+        failed = "; ".join(f"{e['stage']} {e['code']} x{e['count']} (e.g. {e['example']})"
+                           for e in d.get("last_errors") or [])
         return [f"{_count(incident.value)} snapshots in a row are incomplete (threshold "
-                f"{incident.threshold:g}); see raw.collection_errors for what failed."]
+                f"{incident.threshold:g})"
+                + (f"; the latest, at {_clock(d.get('last_snapshot'))}, could not read: "
+                   f"{failed}." if failed else "; see raw.collection_errors for what failed.")]
     if condition == "quality_gate_failed":
         suites = d.get("failed_suites") or []
         return [f"Suite {s['suite']} failed on {s['subject']} ({s['failed']} expectation(s))."
