@@ -157,6 +157,37 @@ def _create_topic_on(bootstrap: str, name: str, assignment: list[list[int]]) -> 
                f"topic {name} to appear")
 
 
+def _clean_up(cluster: KafkaCluster, stopped: int | None, producer: Producing,
+              member: subprocess.Popen[str] | None) -> None:
+    """What a test leaves: the broker it stopped started (the module's other tests need the
+    whole cluster), its producer and its member stopped."""
+    if stopped is not None:
+        cluster.start_node(stopped)
+        cluster.wait_ready()
+    producer.stopping.set()
+    if producer.is_alive():
+        producer.join(15)
+    if member is not None and member.poll() is None:
+        member.kill()
+        member.wait()
+
+
+def _watching(cluster: str, bootstrap: str, postgres: Any, spark: Any, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> tuple[WebhookCatcher, Loop]:
+    """A webhook receiver (started) and the snapshot loop of the live path, with RULES."""
+    webhook = WebhookCatcher()
+    webhook.start()
+    monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
+        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES)
+    rules = load_rules(rules_file)
+    channels = build_channels(rules).channels
+    assert sorted(channels) == ["webhook"]
+    return webhook, Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark,
+                         channels, rules)
+
+
 def _witnesses(bootstrap: str, offsets: dict[int, tuple[int, int]], others: list[int],
                victim: int, idle: str) -> None:
     """A healthy group (caught up on ``idle``, a topic ``victim`` leads no partition of) on
@@ -215,18 +246,8 @@ def test_a_stopped_groups_coordinator_restarting_never_resolves_it(
     bootstrap = kafka3.bootstrap
     cluster, group = unique("unknown3"), unique("payments")
     topic, idle = unique("orders"), unique("idle")
-    webhook = WebhookCatcher()
-    webhook.start()
-    monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
-        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
-    rules = load_rules(rules_file)
-    channels = build_channels(rules).channels
-    assert sorted(channels) == ["webhook"]
-
+    webhook, loop = _watching(cluster, bootstrap, postgres, spark, tmp_path, monkeypatch)
     metadata = admin(bootstrap)  # one client for the metadata polls
-    loop = Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark, channels, rules)
     passes: list[Pass] = []
     began = time.monotonic()
     producer = Producing(bootstrap, topic, 3)
@@ -355,15 +376,7 @@ def test_a_stopped_groups_coordinator_restarting_never_resolves_it(
         print("median seconds per pass step: " + ", ".join(
             f"{name} {sorted(values)[len(values) // 2]:.1f}"
             for name, values in loop.seconds.items()), flush=True)
-        if stopped is not None:  # the module's other tests need the whole cluster
-            kafka3.start_node(stopped)
-            kafka3.wait_ready()
-        producer.stopping.set()
-        if producer.is_alive():
-            producer.join(15)
-        if member is not None and member.poll() is None:
-            member.kill()
-            member.wait()
+        _clean_up(kafka3, stopped, producer, member)
         webhook.stop()
 
 
@@ -405,15 +418,7 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
     the member's others advance looks like one)."""
     bootstrap = kafka3.bootstrap
     cluster, group, topic = unique("leader3"), unique("billing"), unique("invoices")
-    webhook = WebhookCatcher()
-    webhook.start()
-    monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
-        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
-    rules = load_rules(rules_file)
-    loop = Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark,
-                build_channels(rules).channels, rules)
+    webhook, loop = _watching(cluster, bootstrap, postgres, spark, tmp_path, monkeypatch)
     metadata = admin(bootstrap)
     producer = Producing(bootstrap, topic, 3)
     member: subprocess.Popen[str] | None = None
@@ -488,15 +493,7 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
             and "possible: stuck on a record" not in fired[0], fired
         phase("done")
     finally:
-        if stopped is not None:  # the module's other tests need the whole cluster
-            kafka3.start_node(stopped)
-            kafka3.wait_ready()
-        producer.stopping.set()
-        if producer.is_alive():
-            producer.join(15)
-        if member is not None and member.poll() is None:
-            member.kill()
-            member.wait()
+        _clean_up(kafka3, stopped, producer, member)
         webhook.stop()
 
 
@@ -535,15 +532,7 @@ def test_a_group_whose_coordinator_has_no_replica_left_is_named_with_its_broker(
     bootstrap = kafka3.bootstrap
     cluster, group = unique("coordless"), unique("ledger")
     topic, idle = unique("entries"), unique("idle")
-    webhook = WebhookCatcher()
-    webhook.start()
-    monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
-        {"conn_type": "http", "password": f"{webhook.url}/hook"}))
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
-    rules = load_rules(rules_file)
-    loop = Loop(cluster, bootstrap, postgres.url, tmp_path / "landing", spark,
-                build_channels(rules).channels, rules)
+    webhook, loop = _watching(cluster, bootstrap, postgres, spark, tmp_path, monkeypatch)
     metadata = admin(bootstrap)
     producer = Producing(bootstrap, topic, 3)
     member: subprocess.Popen[str] | None = None
@@ -634,15 +623,7 @@ def test_a_group_whose_coordinator_has_no_replica_left_is_named_with_its_broker(
                                                       ("resolved", "group_err")], webhook.texts
         phase("done")
     finally:
-        if stopped is not None:  # the module's other tests need the whole cluster
-            kafka3.start_node(stopped)
-            kafka3.wait_ready()
-        producer.stopping.set()
-        if producer.is_alive():
-            producer.join(15)
-        if member is not None and member.poll() is None:
-            member.kill()
-            member.wait()
+        _clean_up(kafka3, stopped, producer, member)
         if moved is not None:  # and their groups' coordinators replicated as before
             _reassign(kafka3, moved[0], moved[1], tmp_path)
         webhook.stop()
