@@ -394,7 +394,7 @@ def test_a_group_whose_offsets_partition_has_no_leader_names_its_coordinator_dow
     listed = evidence(17, {("orders", 0): steady()}, coordinator=lambda i: 2)
     outage = Outage(7, ts(17), "__consumer_offsets partition 7 has no leader (its replica: "
                     "broker 2, none in sync and up): the groups it coordinates cannot be "
-                    "listed, described or committed to")
+                    "listed, described or committed to", led_until=ts(16))
     hidden = dataclasses.replace(listed, at=ts(19), outage=outage)
     found = rank(hidden, "group_status_err")
     assert kinds(found)[:1] == ["coordinator_down"], found
@@ -404,6 +404,11 @@ def test_a_group_whose_offsets_partition_has_no_leader_names_its_coordinator_dow
     # It explains a lag alert as well; and a group whose partition is led is not named so.
     assert kinds(rank(hidden, "lag_seconds"))[:1] == ["coordinator_down"]
     assert "coordinator_down" not in kinds(rank(listed, "group_status_err"))
+    # An outage longer than the evaluation reads back says so, not a start it did not see.
+    longer = rank(dataclasses.replace(hidden, outage=dataclasses.replace(outage,
+                                                                          led_until=None)),
+                  "group_status_err")
+    assert "up), since before 10:04:15Z (more than 24 h);" in longer[0].evidence
     incident = Incident("i1", "fp", "group_err", "critical", "prod", "ledger", "", "firing",
                         T0, T0, T0, 1.0, 0.0,
                         {"condition": "group_status_err", "coordinator_down": True,

@@ -405,7 +405,10 @@ class Collector:
             # A broker that let a request time out (killed, and not yet fenced by the
             # controller, so still in the metadata) would time out again: asking it
             # ``attempts`` times made the first snapshot after a broker crash last three
-            # request timeouts (47 s at 15 s) before it recorded the failure.
+            # request timeouts (47 s at 15 s) before it recorded the failure. A retry asks
+            # every broker again, so another broker's retriable failure in the same round is
+            # not retried either: its groups miss this snapshot (partial, recorded), which
+            # costs less than another timeout of every snapshot while a broker is down.
             if (attempt < self.settings.attempts and all(f.retriable for f in failures)
                     and not any(f.code in TIMEOUTS for f in failures)):
                 self.retries.pause(attempt)

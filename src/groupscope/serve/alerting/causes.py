@@ -64,6 +64,8 @@ MAX_CAUSES = 3
 # The consumers' default session.timeout.ms: a member removed after holding a rebalance longer
 # than this was heartbeating (hung), not dead. A longer session than this is rare.
 USUAL_SESSION = timedelta(seconds=45)
+# How far back an evaluation reads a __consumer_offsets partition's run without a leader.
+OUTAGE_HORIZON = timedelta(days=1)
 MAX_NAMED = 3  # members named in one evidence line
 
 
@@ -147,6 +149,14 @@ class Outage:
     partition: int
     since: datetime  # the first snapshot of the run of snapshots that saw it without a leader
     message: str  # the collection error's, naming its replicas
+    # The last snapshot before the run at which it had a leader (its groups were listed up to
+    # there); None when the run is longer than the horizon read.
+    led_until: datetime | None = None
+
+    def since_text(self) -> str:
+        return (f"since {_clock(self.since)}" if self.led_until is not None
+                else f"since before {_clock(self.since)} (more than"
+                     f" {OUTAGE_HORIZON.total_seconds() / 3600:g} h)")
 
 
 @dataclass(frozen=True)
@@ -559,8 +569,8 @@ def _coordinator(evidence: Evidence) -> list[Found]:
                        f" {_clock(last.ts)}" if last is not None and last.coordinator is not None
                        else "")
         found.append(("coordinator_down", "the group's coordinator is down",
-                      f"{evidence.outage.message.split(': the groups')[0]}, since"
-                      f" {_clock(evidence.outage.since)}{coordinated}. The group can be neither"
+                      f"{evidence.outage.message.split(': the groups')[0]},"
+                      f" {evidence.outage.since_text()}{coordinated}. The group can be neither"
                       " read nor committed to, and cannot rebalance; its members stop"
                       " consuming once their sessions expire, and resume when a replica of"
                       " the partition is back", evidence.outage.since))
@@ -923,42 +933,66 @@ WHERE cluster = :cluster AND group_id = :group_id AND event_ts > :since AND even
 """)
 
 
-# The judged snapshot's __consumer_offsets partitions without a leader, each with the first
-# snapshot of the run that saw it so (bounded to a day back).
-_OUTAGES = text("""
-SELECT e.partition, e.message, s.offsets_topic_partitions AS partitions,
-       (SELECT min(o.snapshot_ts) FROM raw.snapshots o
-        WHERE o.cluster = e.cluster AND o.snapshot_ts <= e.snapshot_ts
-          AND o.snapshot_ts > coalesce(
-              (SELECT max(w.snapshot_ts) FROM raw.snapshots w
-               WHERE w.cluster = e.cluster AND w.snapshot_ts < e.snapshot_ts
-                 AND w.snapshot_ts >= :horizon
-                 AND NOT EXISTS (
-                     SELECT 1 FROM raw.collection_errors x
-                     WHERE x.cluster = w.cluster AND x.snapshot_ts = w.snapshot_ts
-                       AND x.code = 'COORDINATOR_NOT_AVAILABLE' AND x.topic = e.topic
-                       AND x.partition = e.partition)),
-              :horizon - interval '1 microsecond')) AS since
-FROM raw.collection_errors e
-JOIN raw.snapshots s ON s.cluster = e.cluster AND s.snapshot_ts = e.snapshot_ts
-WHERE e.cluster = :cluster AND e.snapshot_ts = :at AND e.code = 'COORDINATOR_NOT_AVAILABLE'
-  AND e.topic = '__consumer_offsets'
+# The snapshots of the horizon, and those at which a __consumer_offsets partition had no
+# leader (the partial index of migration 0022).
+_SNAPSHOTS = text("""
+SELECT snapshot_ts, offsets_topic_partitions FROM raw.snapshots
+WHERE cluster = :cluster AND snapshot_ts >= :horizon AND snapshot_ts <= :at
+ORDER BY snapshot_ts DESC
+""")
+_LEADERLESS = text("""
+SELECT snapshot_ts, partition, message FROM raw.collection_errors
+WHERE cluster = :cluster AND snapshot_ts >= :horizon AND snapshot_ts <= :at
+  AND code = 'COORDINATOR_NOT_AVAILABLE' AND topic = '__consumer_offsets'
 """)
 
 
-def coordinator_outages(conn: Any, cluster: str, at: datetime) -> tuple[int | None,
-                                                                        dict[int, Outage]]:
-    """The offsets topic's partition count at ``at`` and its partitions without a leader."""
-    rows = conn.execute(_OUTAGES, {"cluster": cluster, "at": at,
-                                   "horizon": at - timedelta(days=1)}).fetchall()
-    count = next((int(r.partitions) for r in rows if r.partitions), None)
-    return count, {int(r.partition): Outage(int(r.partition), r.since or at, r.message)
-                   for r in rows}
+@dataclass(frozen=True)
+class Outages:
+    """The offsets topic's partition count at the judged snapshot and its partitions without a
+    leader there (partition -> outage)."""
+
+    partitions: int | None = None
+    by_partition: Mapping[int, Outage] = field(default_factory=dict)
+
+    def of(self, group_id: str) -> Outage | None:
+        """The outage of the partition that coordinates ``group_id``, if it has one."""
+        if not self.partitions or not self.by_partition:
+            return None
+        return self.by_partition.get(offsets_partition_for(group_id, self.partitions))
+
+
+def coordinator_outages(conn: Any, cluster: str, at: datetime,
+                        horizon: timedelta = OUTAGE_HORIZON) -> Outages:
+    """The __consumer_offsets partitions without a leader at ``at``, each with the run of
+    snapshots that saw it so: its first, and the last snapshot before it at which the
+    partition had a leader (within ``horizon``; none: the run is longer)."""
+    params = {"cluster": cluster, "at": at, "horizon": at - horizon}
+    leaderless: dict[int, dict[datetime, str]] = {}
+    for row in conn.execute(_LEADERLESS, params):
+        leaderless.setdefault(int(row.partition), {})[row.snapshot_ts] = row.message
+    if not leaderless:
+        return Outages()
+    snapshots = conn.execute(_SNAPSHOTS, params).fetchall()  # newest first
+    if not snapshots or snapshots[0].snapshot_ts != at:
+        return Outages()
+    found = {}
+    for partition, seen in leaderless.items():
+        if at not in seen:
+            continue
+        run = 0  # the snapshots, newest first, that saw it without a leader
+        while run < len(snapshots) and snapshots[run].snapshot_ts in seen:
+            run += 1
+        led = snapshots[run].snapshot_ts if run < len(snapshots) else None
+        found[partition] = Outage(partition, snapshots[run - 1].snapshot_ts, seen[at], led)
+    return Outages(snapshots[0].offsets_topic_partitions, found)
 
 
 def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: timedelta,
-                  lookback: timedelta = LOOKBACK) -> Evidence:
-    """The group's history from ``at - lookback`` to ``at`` (the judged snapshot)."""
+                  lookback: timedelta = LOOKBACK, outages: Outages | None = None) -> Evidence:
+    """The group's history from ``at - lookback`` to ``at`` (the judged snapshot).
+    ``outages``: the cluster's at ``at`` (read here when not given: one evaluation reads them
+    once for all its groups)."""
     params: dict[str, Any] = {"cluster": cluster, "group_id": group_id, "at": at,
                               "since": at - lookback}
     points = [GroupPoint(r.snapshot_ts, r.state, int(r.member_count), r.coordinator_id,
@@ -987,8 +1021,8 @@ def read_evidence(conn: Any, cluster: str, group_id: str, at: datetime, every: t
     unreconciled = {m: (kinds.get("current", (0, []))[0], kinds["target"][0])
                     for m, kinds in assigned.items()
                     if "target" in kinds and kinds.get("current", (0, []))[1] != kinds["target"][1]}
-    count, outages = coordinator_outages(conn, cluster, at)
-    outage = outages.get(offsets_partition_for(group_id, count)) if count else None
+    outage = (outages if outages is not None else coordinator_outages(conn, cluster, at)
+              ).of(group_id)
     return Evidence(at, every, points, changes, listed, totals, partitions,
                     int(generations.generations or 0), generations.first, unreconciled, outage)
 

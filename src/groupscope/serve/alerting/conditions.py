@@ -43,7 +43,6 @@ from typing import Any
 
 from sqlalchemy import text
 
-from groupscope.kafka.coordinator import offsets_partition_for
 from groupscope.serve.alerting import causes
 
 log = logging.getLogger(__name__)
@@ -187,17 +186,12 @@ LEFT JOIN LATERAL (
 WHERE s.cluster = :cluster AND s.snapshot_ts = :at
 """)
 
-# The groups listed in the snapshots before ``until`` and in none from it to ``at``, each as
-# it was last listed.
-_LISTED_BEFORE = text("""
-SELECT DISTINCT ON (g.group_id) g.group_id, g.snapshot_ts, g.state, g.member_count,
-       g.coordinator_id
-FROM raw.consumer_groups g
-WHERE g.cluster = :cluster AND g.snapshot_ts >= :since AND g.snapshot_ts < :until
-  AND NOT EXISTS (SELECT 1 FROM raw.consumer_groups n WHERE n.cluster = g.cluster
-                  AND n.group_id = g.group_id AND n.snapshot_ts >= :until
-                  AND n.snapshot_ts <= :at)
-ORDER BY g.group_id, g.snapshot_ts DESC
+# The groups listed in the snapshots of [since, until], each as it was last listed.
+_LISTED_UNTIL = text("""
+SELECT DISTINCT ON (group_id) group_id, snapshot_ts, state, member_count, coordinator_id
+FROM raw.consumer_groups
+WHERE cluster = :cluster AND snapshot_ts >= :since AND snapshot_ts <= :until
+ORDER BY group_id, snapshot_ts DESC
 """)
 
 _TASKS = text("""
@@ -336,15 +330,26 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
                                                 details))
             by_group.setdefault(row["group_id"], []).append(observations[-1])
     seen = {r["group_id"] for r in rows}
+    outages = causes.Outages()
     if stale is None and at is not None:
-        for group_id, hidden in _without_coordinator(conn, cluster, wanted, at, every).items():
+        try:
+            # A query that fails must not stop the evaluation (as with the causes).
+            with conn.begin_nested():
+                outages = causes.coordinator_outages(conn, cluster, at)
+                hidden = _without_coordinator(conn, cluster, wanted, at, every, outages,
+                                              open_groups - seen)
+        except Exception as exc:
+            log.warning("the coordinator outages of cluster %s could not be read: %s",
+                        cluster, exc, exc_info=True)
+            hidden = {}
+        for group_id, found in hidden.items():
             if group_id not in seen:
-                observations += hidden
-                by_group[group_id] = hidden
+                observations += found
+                by_group[group_id] = found
                 seen.add(group_id)
     if stale is None:
         observations = _explained(conn, cluster, observations, by_group, open_groups, holds,
-                                  at, every)
+                                  at, every, outages)
     for group_id in sorted(open_groups - seen):
         why = _why_absent(conn, cluster, group_id, at) if stale is None else stale
         if why is not None:
@@ -355,7 +360,7 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
 def _explained(conn: Any, cluster: str, observations: list[Observation],
                by_group: dict[str, list[Observation]], open_groups: set[str],
                holds: Callable[[Observation], bool] | None, at: datetime | None,
-               every: timedelta) -> list[Observation]:
+               every: timedelta, outages: causes.Outages | None = None) -> list[Observation]:
     """The observations, those of the groups in trouble with their probable causes."""
     if at is None:
         return observations
@@ -376,7 +381,8 @@ def _explained(conn: Any, cluster: str, observations: list[Observation],
             # The causes are the message's detail: a query that fails (or times out) or a bug
             # in the ranking must not stop the evaluation, which pages on the values alone.
             with conn.begin_nested():
-                evidence = causes.read_evidence(conn, cluster, group_id, at, every)
+                evidence = causes.read_evidence(conn, cluster, group_id, at, every,
+                                                outages=outages)
             for kind in kinds:
                 ranked[group_id, kind] = [c.as_dict() for c in causes.rank(evidence, kind)]
         except Exception as exc:
@@ -401,35 +407,49 @@ _NULL_REASON = {
 
 
 def _without_coordinator(conn: Any, cluster: str, wanted: set[str], at: datetime,
-                         every: timedelta) -> dict[str, list[Observation]]:
-    """The groups an offsets partition without a leader hides at ``at``: listed in the
-    snapshots just before it lost its leader, listed by none since. They have no coordinator:
-    they can neither commit nor rebalance, and their members stop consuming once their
-    sessions expire. That is a group in trouble (ERR), not one deleted, nor one unknown."""
-    count, outages = causes.coordinator_outages(conn, cluster, at)
-    if not count or not outages:
+                         every: timedelta, outages: causes.Outages,
+                         open_groups: set[str]) -> dict[str, list[Observation]]:
+    """The groups an offsets partition without a leader hides at ``at``: those listed in the
+    snapshots up to the last at which it had a leader, and those with an open incident, whose
+    id hashes to it. They have no coordinator: they can neither commit nor rebalance, and their
+    members stop consuming once their sessions expire. A group that had members is in trouble
+    (ERR) once two snapshots in a row saw its partition without a leader (one is a broker's
+    start-up); an idle one, or one seen so once, is unknown, with the reason: not deleted, and
+    not a page for an idle group."""
+    if not outages.by_partition:
         return {}
+    last: dict[str, Any] = {}
+    for led_until in sorted({o.led_until for o in outages.by_partition.values()
+                             if o.led_until is not None}):
+        for row in conn.execute(_LISTED_UNTIL, {"cluster": cluster, "until": led_until,
+                                                "since": led_until - HIDDEN_LISTED * every}):
+            if (outage := outages.of(row.group_id)) is not None \
+                    and outage.led_until == led_until:
+                last[row.group_id] = row
     hidden: dict[str, list[Observation]] = {}
-    for outage in outages.values():
-        rows = conn.execute(_LISTED_BEFORE, {"cluster": cluster, "at": at,
-                                             "until": outage.since,
-                                             "since": outage.since - HIDDEN_LISTED * every})
-        for row in rows:
-            if offsets_partition_for(row.group_id, count) != outage.partition:
-                continue
-            details = {"status": "ERR", "coordinator_down": True,
-                       "offsets_partition": outage.partition,
-                       "down_since": outage.since.isoformat(), "outage": outage.message,
-                       "last_listed": row.snapshot_ts.isoformat(), "state": row.state,
-                       "member_count": row.member_count, "coordinator": row.coordinator_id,
-                       "snapshot_ts": at.isoformat()}
-            why = (f"its coordinator is down ({outage.message}): nothing of the group can be "
-                   "read")
-            hidden[row.group_id] = [
-                Observation(kind, cluster, row.group_id, 1.0, details)
-                if kind == "group_status_err" else unknown(kind, cluster, row.group_id, why,
-                                                           details)
-                for kind in GROUP_CONDITIONS if kind in wanted]
+    for group_id in sorted(set(last) | {g for g in open_groups if outages.of(g)}):
+        outage = outages.of(group_id)
+        assert outage is not None
+        row = last.get(group_id)
+        details = {"status": "ERR", "coordinator_down": True,
+                   "offsets_partition": outage.partition, "down_since": outage.since.isoformat(),
+                   "down_since_text": outage.since_text(), "outage": outage.message,
+                   "last_listed": row.snapshot_ts.isoformat() if row is not None else None,
+                   "state": row.state if row is not None else None,
+                   "member_count": row.member_count if row is not None else None,
+                   "coordinator": row.coordinator_id if row is not None else None,
+                   "snapshot_ts": at.isoformat()}
+        why = f"its coordinator is down ({outage.message})"
+        if outage.since == at:
+            why += "; one snapshot so far"
+        elif row is not None and not row.member_count:
+            why += "; it had no member at its last listing"
+        judged = outage.since < at and (row is None or row.member_count > 0)
+        hidden[group_id] = [
+            Observation(kind, cluster, group_id, 1.0, details)
+            if judged and kind == "group_status_err"
+            else unknown(kind, cluster, group_id, why, details)
+            for kind in GROUP_CONDITIONS if kind in wanted]
     return hidden
 
 

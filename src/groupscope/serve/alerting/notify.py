@@ -189,13 +189,16 @@ def detail_lines(incident: Incident) -> list[str]:
                        if members == 0 and d.get("no_members_since") else "") + ").")
     if condition == "group_status_err" and d.get("coordinator_down"):
         coordinator = d.get("coordinator")
-        return [f"Its offsets partition, {OFFSETS_TOPIC}-{d.get('offsets_partition')}, has had "
-                f"no leader since {_clock(d.get('down_since'))}: no broker coordinates the "
-                "group, so its commits fail and no broker lists it.",
-                f"Last listed {_clock(d.get('last_listed'))} with {_count(d.get('member_count'))}"
-                f" member(s) ({d.get('state', '?')})"
-                + (f", coordinated by broker {coordinator}." if coordinator is not None
-                   else ".")]
+        since = d.get("down_since_text") or f"since {_clock(d.get('down_since'))}"
+        lines = [f"Its offsets partition, {OFFSETS_TOPIC}-{d.get('offsets_partition')}, has "
+                 f"had no leader {since}: no broker coordinates the group, so its commits fail "
+                 "and no broker lists it."]
+        if d.get("last_listed"):
+            lines.append(f"Last listed {_clock(d.get('last_listed'))} with "
+                         f"{_count(d.get('member_count'))} member(s) ({d.get('state') or '?'})"
+                         + (f", coordinated by broker {coordinator}." if coordinator is not None
+                            else "."))
+        return lines
     if condition == "group_status_err":
         affected = (d.get("stop_partitions") or 0) + (d.get("stall_partitions") or 0)
         still = _seconds_between(d.get("unchanged_since"), d.get("snapshot_ts"))
