@@ -31,7 +31,9 @@ both ways (``differing_rows``: zero when the two compute the same rows).
 interpreter; ``cpu_s`` then counts the server's JVM and Python workers. A baseline's
 transforms are built in this client and run on the same server (its Python workers import
 this checkout's modules, so a baseline's Arrow functions must be this checkout's too:
-``transforms`` takes them from here when the file is the same).
+``transforms`` takes them from here when the file is the same). A version whose modules do not
+load beside this checkout's (one from before issue 27) runs on its own with ``--src SRC``;
+``--dump DIR`` writes the last pass's marts, to compare two such runs afterwards.
 """
 
 from __future__ import annotations
