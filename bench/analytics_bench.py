@@ -114,24 +114,38 @@ def generate(root: Path, groups: int, partitions: int, minutes: int, seed: int =
 
 
 class PeakRss:
-    """Peak resident memory of this process and its children (the Spark JVM), sampled."""
+    """Peak resident memory of this process and its children (the Spark JVM), sampled; also
+    the peaks of the JVM alone and of the JVM's Python workers alone (the Arrow passes run in
+    them), each over the run (they need not peak at the same moment)."""
 
     def __init__(self) -> None:
         import psutil
 
         self.process = psutil.Process()
         self.peak = 0
+        self.peak_jvm = 0
+        self.peak_workers = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            total = 0
+            total = jvm = workers = 0
             for p in [self.process, *self.process.children(recursive=True)]:
                 with contextlib.suppress(Exception):  # a child that just exited
-                    total += p.memory_info().rss
+                    rss = p.memory_info().rss
+                    total += rss
+                    if p.name() == "java":
+                        jvm += rss
+                        workers += sum(c.memory_info().rss for c in p.children(recursive=True))
             self.peak = max(self.peak, total)
+            self.peak_jvm = max(self.peak_jvm, jvm)
+            self.peak_workers = max(self.peak_workers, workers)
             time.sleep(0.2)
+
+    def figures(self) -> dict[str, float]:
+        return {"peak_rss_mib": self.peak / 2**20, "peak_jvm_rss_mib": self.peak_jvm / 2**20,
+                "peak_python_workers_rss_mib": self.peak_workers / 2**20}
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -178,17 +192,28 @@ def run_spark_in(src: Path, root: Path, out: Path, driver_memory: str) -> dict[s
     return result
 
 
-def differing_rows(one: Path, other: Path) -> dict[str, list[int]]:
-    """Per output, the rows of one not in the other and the other way round (EXCEPT ALL)."""
+def differing_rows(one: Path, other: Path) -> dict[str, Any]:
+    """Per output, the rows of one not in the other and the other way round (EXCEPT ALL), over
+    the columns both have; a column only one version writes (a later change's) is named under
+    ``only_in``, with how many of its values are not null."""
     import duckdb
 
     con = duckdb.connect()
     con.execute("SET threads = 2")
-    counts = {}
+    con.execute("SET enable_progress_bar = false")
+    counts: dict[str, Any] = {}
     for name in OUTPUTS:
-        a, b = (f"(SELECT * FROM read_parquet('{side}/{name}/*.parquet'))" for side in (one, other))
+        tables = [f"read_parquet('{side}/{name}/*.parquet')" for side in (one, other)]
+        columns = [[r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {t}").fetchall()]
+                   for t in tables]
+        common = ", ".join(f'"{c}"' for c in columns[0] if c in columns[1])
+        a, b = (f"(SELECT {common} FROM {t})" for t in tables)
         counts[name] = [con.execute(f"SELECT count(*) FROM ({x} EXCEPT ALL {y})").fetchone()[0]
                         for x, y in ((a, b), (b, a))]
+        for t, own, theirs in ((tables[0], *columns), (tables[1], *reversed(columns))):
+            for column in (c for c in own if c not in theirs):
+                counts.setdefault("only_in", {})[f"{name}.{column}"] = con.execute(
+                    f'SELECT count("{column}") FROM {t}').fetchone()[0]
     con.close()
     return counts
 
@@ -362,22 +387,24 @@ def main() -> int:
                   flush=True)
         baseline = None
         if args.baseline:
+            load_before = os.getloadavg()
             with PeakRss() as baseline_mem:
                 baseline = run_spark_in(args.baseline.resolve(), landing, work / "baseline",
                                         args.driver_memory)
-            baseline["peak_rss_mib"] = baseline_mem.peak / 2**20
-            baseline["load_average"] = os.getloadavg()
-            print(f"spark, baseline: {baseline['seconds']:.1f} s, peak RSS "
-                  f"{baseline['peak_rss_mib']:.0f} MiB", flush=True)
+            baseline.update(baseline_mem.figures(), load_average_before=load_before,
+                            load_average=os.getloadavg())
+            print(f"spark, baseline: {baseline['seconds']:.1f} s, {baseline_mem.figures()}",
+                  flush=True)
+        load_before = os.getloadavg()
         with PeakRss() as spark_mem:
             spark = run_spark_in(HERE.parent / "src", landing, work / "out",
                                  args.driver_memory)
-        spark["load_average"] = os.getloadavg()
-        print(f"spark: {spark['seconds']:.1f} s, peak RSS {spark_mem.peak / 2**20:.0f} MiB",
-              flush=True)
+        spark.update(load_average_before=load_before, load_average=os.getloadavg())
+        print(f"spark: {spark['seconds']:.1f} s, {spark_mem.figures()}", flush=True)
+        load_before = os.getloadavg()
         with PeakRss() as duck_mem:
             duck = run_duckdb(landing, work / "out")
-        duck["load_average"] = os.getloadavg()
+        duck.update(load_average_before=load_before, load_average=os.getloadavg())
         print(f"duckdb: {duck['seconds']:.1f} s, peak RSS {duck_mem.peak / 2**20:.0f} MiB",
               flush=True)
         report = {
@@ -385,8 +412,7 @@ def main() -> int:
             "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
                         "platform": platform.platform()},
             "input_rows": rows,
-            "spark": {**spark, "driver_memory": args.driver_memory,
-                      "peak_rss_mib": spark_mem.peak / 2**20,
+            "spark": {**spark, "driver_memory": args.driver_memory, **spark_mem.figures(),
                       "rows_per_s": rows / spark["seconds"]},
             "duckdb": {**duck, "peak_rss_mib": duck_mem.peak / 2**20,
                        "rows_per_s": rows / duck["seconds"]},

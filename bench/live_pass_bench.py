@@ -18,18 +18,30 @@ and the Spark JVM (less sensitive than the wall time to other work on the machin
 median of RUNS runs after WARMUP unmeasured ones.
 
     .venv/bin/python bench/live_pass_bench.py [--groups 10] [--partitions 3] [--snapshots 60]
-        [--runs 7] [--dump DIR]
+        [--runs 7] [--baseline SRC] [--connect]
 
 ``--baseline SRC`` (another checkout's ``src``, e.g. of main) times that version's lag and
 status transforms too, in the same session, its passes alternated with this version's (the
 machine's load falls on both alike), and compares the seven marts of the two with EXCEPT ALL
 both ways (``differing_rows``: zero when the two compute the same rows).
+
+``--connect`` runs the passes on a Spark Connect server instead, as the live path does
+(``./run``, ``dev/stack``: ``groupscope_dev.spark_connect``, ``local[2]``, the confs of
+``spark_conf()`` and the stack's 1 GiB heap), started for the run with this checkout's
+interpreter; ``cpu_s`` then counts the server's JVM and Python workers. A baseline's
+transforms are built in this client and run on the same server (its Python workers import
+this checkout's modules, so a baseline's Arrow functions must be this checkout's too:
+``transforms`` takes them from here when the file is the same). A version whose modules do not
+load beside this checkout's (one from before issue 27) runs on its own with ``--src SRC``;
+``--dump DIR`` writes the last pass's marts, to compare two such runs afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import inspect
 import json
 import os
 import platform
@@ -149,14 +161,21 @@ def transforms(src: Path | None) -> tuple[Any, Any]:
     return loaded[0], loaded[1]
 
 
+SERVER_PIDS: list[int] = []  # a Spark Connect server's process group, with --connect
+
+
 def cpu_seconds() -> float:
-    """CPU time used so far by this process and its children (the Spark JVM)."""
+    """CPU time used so far by this process and its children (the Spark JVM), and by the Spark
+    Connect server's processes when the passes run there."""
     import psutil
 
+    roots = [psutil.Process(), *(psutil.Process(pid) for pid in SERVER_PIDS)]
     total = 0.0
-    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        times = process.cpu_times()
-        total += times.user + times.system
+    for root in roots:
+        for process in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):  # a worker that just exited
+                times = process.cpu_times()
+                total += times.user + times.system
     return total
 
 
@@ -177,23 +196,27 @@ def one_pass(spark: Any, job: Any, lag_module: Any, status_module: Any,
                          "record_timestamps", "topics", "consumer_groups",
                          "share_partition_offsets", "streams_subtopology_topics",
                          "streams_member_tasks")}
+    # A baseline from before the share and streams groups (issue 27) takes neither input.
+    share = ({"share_offsets": read["share_partition_offsets"]}
+             if "share_offsets" in inspect.signature(lag_mart).parameters else {})
     lag = lag_mart(read["committed_offsets"], read["partition_offsets"],
                    read["member_assignments"], read["record_timestamps"],
                    rate_window_s=int(jobs.RATE_WINDOW.total_seconds()),
                    history_s=jobs.TIME_LAG_HISTORY.total_seconds(),
-                   topics=read["topics"],
-                   share_offsets=read["share_partition_offsets"]).cache()
+                   topics=read["topics"], **share).cache()
     in_interval = within(lag, job.interval.start, job.interval.end)
-    task_owners = status_module.streams_task_owners(read["streams_subtopology_topics"],
-                                                    read["streams_member_tasks"])
-    statuses = within(partition_status(lag, read["consumer_groups"], settings, task_owners),
+    streams = ((status_module.streams_task_owners(read["streams_subtopology_topics"],
+                                                  read["streams_member_tasks"]),)
+               if hasattr(status_module, "streams_task_owners") else ())
+    statuses = within(partition_status(lag, read["consumer_groups"], settings, *streams),
                       job.interval.start, job.interval.end)
     t1 = time.perf_counter()
     in_interval = io.local_relation(in_interval)
     t2 = time.perf_counter()
     statuses = io.local_relation(statuses)
     t3 = time.perf_counter()
-    frames = [("partition_lag", in_interval.select(*jobs.PARTITION_LAG_COLUMNS))]
+    frames = [("partition_lag", in_interval.select(*(
+        c for c in jobs.PARTITION_LAG_COLUMNS if share or c != "share_lag")))]
     frames += list(rollups(in_interval).items())
     frames += [("partition_status", statuses), ("group_status", group_status(statuses))]
     tables = {name: frame.toArrow() for name, frame in frames}
@@ -212,16 +235,35 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--baseline", type=Path, help="another checkout's src to compare with")
+    parser.add_argument("--connect", action="store_true",
+                        help="run the passes on a Spark Connect server, as the live path does")
+    parser.add_argument("--src", type=Path, default=HERE.parent / "src",
+                        help="the checkout's src to run entirely (jobs, io, transforms, the "
+                             "server's confs): a version whose modules do not load beside "
+                             "this one's, compared afterwards through --dump")
+    parser.add_argument("--dump", type=Path, help="write the marts of the last pass here")
     args = parser.parse_args()
-    sys.path[:0] = [str(HERE.parent / "src")]
+    sys.path[:0] = [str(args.src.resolve()), str(HERE.parent / "dev")]
     from groupscope.analyze import jobs
     from groupscope.analyze.io import Interval, session
 
-    with tempfile.TemporaryDirectory(prefix="live-pass-bench-") as tmp:
-        root = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="live-pass-bench-") as tmp, \
+            contextlib.ExitStack() as stack:
+        root = Path(tmp) / "landing"
         newest = generate(root, args.groups, args.partitions, args.snapshots, args.step_s)
-        spark = session("live-pass-bench", master="local[2]")
-        spark.sparkContext.setLogLevel("ERROR")
+        if args.connect:
+            from groupscope_dev.ports import free_ports
+            from groupscope_dev.spark_connect import SparkConnectServer
+
+            server = SparkConnectServer(Path(tmp) / "spark-connect", port=free_ports(1)[0])
+            server.start()
+            stack.callback(server.stop)
+            assert server.process is not None
+            SERVER_PIDS.append(server.process.pid)
+            spark = session("live-pass-bench", remote=server.url)
+        else:
+            spark = session("live-pass-bench", master="local[2]")
+            spark.sparkContext.setLogLevel("ERROR")
         job = jobs.JobArgs(root, CLUSTER, Interval(newest, newest + timedelta(microseconds=1)),
                            None, timedelta(0))
         expected = {name: frame.toArrow() for name, frame in jobs.lag_frames(spark, job, True)}
@@ -238,18 +280,26 @@ def main() -> None:
                     timings[name].append(parts)
         if any(marts["this"][name].num_rows != t.num_rows for name, t in expected.items()):
             raise SystemExit("the timed steps computed other rows than jobs.lag_frames")
+        if args.dump:
+            args.dump.mkdir(parents=True, exist_ok=True)
+            for name, table in marts["this"].items():
+                pq.write_table(table, args.dump / f"{name}.parquet")
         differing = None
         if args.baseline:
             differing = {}
             for name, table in marts["this"].items():
-                this = spark.createDataFrame(table)
-                baseline = spark.createDataFrame(marts["baseline"][name])
+                # Over the columns both write (a baseline before issue 27 has no share_lag).
+                common = [c for c in table.column_names
+                          if c in marts["baseline"][name].column_names]
+                this = spark.createDataFrame(table.select(common))
+                baseline = spark.createDataFrame(marts["baseline"][name].select(common))
                 differing[name] = (this.exceptAll(baseline).count(),
                                    baseline.exceptAll(this).count())
         spark.stop()
     print(json.dumps({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average": os.getloadavg()},
+        "spark": "connect" if args.connect else "local[2]",
         "data": {"groups": args.groups, "partitions": args.partitions,
                  "snapshots": args.snapshots, "step_s": args.step_s},
         "rows": {name: t.num_rows for name, t in marts["this"].items()},
@@ -263,4 +313,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        # A Spark Connect client's threads keep the interpreter from exiting after an error.
+        os._exit(1)
