@@ -238,8 +238,7 @@ def rank(evidence: Evidence, condition: str) -> list[Cause]:
     if any(f[0] == "rebalance_waits" for f in found):
         # A rebalance in progress silences every member: the one it waits for is the cause.
         found = [f for f in found if f[0] != "members_silent"]
-    moves = _coordinator_moves(evidence)
-    if moves and evidence.at - moves[-1][1].ts <= USUAL_SESSION + evidence.interval:
+    if _recent_move(evidence) is not None:
         # Commits pause while the new coordinator loads the group and its members rejoin: a
         # consumption rate measured over that pause is the move's, not a slow consumer's.
         found = [f for f in found if f[0] != "consumer_slower"]
@@ -534,12 +533,20 @@ def _silenced_by_the_move(evidence: Evidence, silent_since: datetime | None) -> 
     group and the members have rejoined it, every member is silent, crashed or not. That
     takes a session at most: members still silent later (say, the host that ran the broker
     ran them too) are named again."""
-    moves = _coordinator_moves(evidence)
-    if not moves or silent_since is None:
+    move = _recent_move(evidence)
+    if move is None or silent_since is None:
         return False
-    before, after = moves[-1]
-    return (before.ts - evidence.interval <= silent_since <= after.ts
-            and evidence.at - after.ts <= USUAL_SESSION + evidence.interval)
+    before, after = move
+    return before.ts - evidence.interval <= silent_since <= after.ts
+
+
+def _recent_move(evidence: Evidence) -> tuple[GroupPoint, GroupPoint] | None:
+    """The coordinator's last move, while it still explains a pause: within a session and an
+    interval of the first snapshot on the new coordinator."""
+    moves = _coordinator_moves(evidence)
+    if moves and evidence.at - moves[-1][1].ts <= USUAL_SESSION + evidence.interval:
+        return moves[-1]
+    return None
 
 
 def _rejoined_after_the_move(evidence: Evidence, change: Change) -> bool:
