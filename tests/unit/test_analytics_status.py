@@ -457,17 +457,17 @@ def _longest_pause_by_definition(rows: list[tuple[float, int]], history_s: float
     return out
 
 
-def test_the_longest_pause_is_the_definition_across_time_blocks(spark: SparkSession) -> None:
-    """The longest pause is computed along blocks of time as long as the history (a list of
-    the window's advances per row was most of the job's time at scale). Irregular snapshots,
-    advances at random, pauses longer than the history, and windows that start anywhere in a
-    block: every row equals the definition, computed naively."""
+def test_the_longest_pause_is_the_definition_at_every_row() -> None:
+    """The longest pause is a range maximum over the advances (a sparse table; before it, a
+    van Herk split along blocks of time, and before that a list of the window's advances per
+    row, most of the job's time at scale). Irregular snapshots, advances at random, pauses
+    longer than the history, and windows that start anywhere: every row equals the
+    definition, computed naively."""
     import random
 
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    import numpy as np
 
-    from groupscope.analyze.status import KEYS, _with_longest_pause
+    from groupscope.analyze.status_history import history_columns
 
     history_s = 600.0
     rng = random.Random(11)
@@ -481,22 +481,22 @@ def test_the_longest_pause_is_the_definition_across_time_blocks(spark: SparkSess
                 committed += rng.randrange(1, 50)
             rows.append((round(t, 6), committed))
         cases[f"g{case}"] = rows
-    frame = spark.createDataFrame(
-        [("c", group, "t", 0, datetime.fromtimestamp(t, UTC), committed)
-         for group, rows in cases.items() for t, committed in rows],
-        "cluster string, group_id string, topic string, partition int, snapshot_ts timestamp, "
-        "committed_offset long")
-    history = Window.partitionBy(*KEYS).orderBy("_us")
-    frame = (frame.withColumn("_us", F.unix_micros("snapshot_ts"))
-             .withColumn("_t", F.unix_micros("snapshot_ts") / F.lit(1_000_000.0))
-             .withColumn("_prev_t", F.lag("_t").over(history))
-             .withColumn("_d", F.col("committed_offset")
-                         - F.lag("committed_offset").over(history)))
-    advanced = F.col("_d").isNotNull() & (F.col("_d") != 0)
     got: dict[str, list[float | None]] = {}
-    for row in (_with_longest_pause(frame, advanced, history, int(history_s * 1_000_000))
-                .orderBy("group_id", "_us").collect()):
-        got.setdefault(row["group_id"], []).append(row["_longest_pause"])
+    for group, rows in cases.items():
+        us = np.array([round(t * 1_000_000) for t, _ in rows])
+        n = len(rows)
+
+        def known(values: Any, n: int = n) -> tuple[Any, Any]:
+            return np.asarray(values), np.ones(n, dtype=bool)
+
+        columns = history_columns(
+            {"_us": known(us), "committed_offset": known([c for _, c in rows]),
+             "high_watermark": known([10**6] * n), "lag": known([1] * n),
+             "member_count": known([1] * n), "_assigning": known([False] * n),
+             "_unowned": known([False] * n)},
+            window_s=60.0, history_s=history_s, steady_points=3)
+        values, valid = columns["_longest_pause"]
+        got[group] = [float(v) if ok else None for v, ok in zip(values, valid, strict=True)]
     compared = 0
     for group, rows in cases.items():
         expected = _longest_pause_by_definition(rows, history_s)

@@ -109,9 +109,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
+from groupscope.analyze.status_history import ADDED, per_group
 from groupscope.contract.status import (
     ROLL_UP,
     RULES,
@@ -157,89 +160,6 @@ def _t(column: str) -> Column:
     return F.unix_micros(F.col(column)) / F.lit(1_000_000.0)
 
 
-def _with_longest_pause(frame: DataFrame, advanced: Column, history: WindowSpec,
-                        history_us: int, first: dict[str, Column] | None = None,
-                        second: dict[str, Column] | None = None) -> DataFrame:
-    """Adds ``_longest_pause``: the longest pause between two advances of the committed
-    offset that both lie in the ``history_us`` before this snapshot (a pause ending in that
-    window but starting before it may not have been read, so it never counts), null with
-    fewer than two. A pause runs from the snapshot before the one that saw an advance
-    (``_prev_t``) to the one that saw the next.
-
-    ``first`` and ``second``: the caller's window columns over ``history`` (any frame) that
-    ride along with this function's first and second pass over the rows; ``second`` may read
-    ``first``'s columns. Spark runs the window columns of one projection that share a
-    partitioning and an order as one window operator, one pass over the rows; each
-    projection that reads another's window column is a pass more (issue 30).
-
-    The pauses in the window are those ending at its advances, less the one ending at its
-    first advance. A sliding max cannot leave out one element, and a list of the window's
-    advances per row (what this was) copies the whole window per row: most of the job's
-    time at scale. So the window is split (van Herk / Gil-Werman) along blocks of time as
-    long as it: [t - h, t) meets exactly two, B and B + 1 (t is in B + 1). Each advance
-    carries the running max of its block so far (with and without the block's first
-    advance) and the max of its block after it; the answer is the part of block B after
-    the window's first advance plus the part of block B + 1 before t. The frames are running
-    ones, or sliding ones over plain numbers: a frame of h never holds more than two
-    blocks, so the parity of a block tells them apart without comparing structs (slow in a
-    sliding frame, which Spark re-aggregates at every row)."""
-    before = history.rowsBetween(Window.unboundedPreceding, -1)
-    upto = history.rowsBetween(Window.unboundedPreceding, 0)
-    block = F.expr(f"_us div {history_us}")
-    previous = F.last(F.when(advanced, F.struct(F.col("_prev_t").alias("from_t"),
-                                                block.alias("block"))),
-                      ignorenulls=True).over(before)
-    frame = (frame.withColumns({"_block": block, "_previous_advance": previous, **(first or {})})
-             .withColumns({
-                 "_even": F.col("_block") % 2 == 0,
-                 "_pause": F.when(advanced, F.col("_t") - F.col("_previous_advance")["from_t"]),
-                 "_first_of_block": F.coalesce(
-                     F.col("_previous_advance")["block"] != F.col("_block"), F.lit(True))})
-             .drop("_previous_advance"))  # each window below copies whole rows: keep them narrow
-    first_of_block = F.col("_first_of_block")
-    # Structs ordered by block first: a running max is the max of the current block only.
-    so_far = F.max(F.when(advanced, F.struct("_block", "_pause"))).over(upto)
-    so_far_but_first = F.max(F.when(advanced, F.struct(
-        "_block", F.when(~first_of_block, F.col("_pause")).alias("_pause")))).over(upto)
-
-    def by_parity(name: str, value: Column) -> DataFrame:
-        return frame.withColumns({f"{name}_even": F.when(advanced & F.col("_even"), value),
-                                  f"{name}_odd": F.when(advanced & ~F.col("_even"), value)})
-
-    def of_parity(name: str, even: Column) -> Column:
-        return F.when(even, F.col(f"{name}_even")).otherwise(F.col(f"{name}_odd"))
-
-    frame = by_parity("_pause", F.col("_pause"))
-    after = history.rangeBetween(1, history_us)  # this block's later advances, and the next's
-    frame = (frame
-             .withColumns({
-                 "_later_even": F.max("_pause_even").over(after),
-                 "_later_odd": F.max("_pause_odd").over(after),
-                 "_block_max": F.when(advanced, F.struct(
-                     "_block", so_far["_pause"].alias("all"),
-                     so_far_but_first["_pause"].alias("but_first"))),
-                 **(second or {})})
-             .drop("_pause_even", "_pause_odd", "_first_of_block"))
-    # -1 (no pause is negative) keeps an advance with no later one in its block from being
-    # skipped as a null by "the first advance in the window".
-    frame = by_parity("_later", F.coalesce(of_parity("_later", F.col("_even")), F.lit(-1.0)))
-    window = history.rangeBetween(-history_us, -1)
-    frame = frame.withColumns({
-        "_first_even": F.first("_later_even", ignorenulls=True).over(window),
-        "_first_odd": F.first("_later_odd", ignorenulls=True).over(window),
-        "_last_before": F.last("_block_max", ignorenulls=True).over(before)})
-    first_in_block_b = of_parity("_first", ~F.col("_even"))  # block B = this block - 1
-    last = F.col("_last_before")
-    in_this_block = last["_block"] == F.col("_block")
-    longest = (F.when(first_in_block_b.isNotNull(), F.greatest(
-                   F.when(first_in_block_b >= 0, first_in_block_b),
-                   F.when(in_this_block, last["all"])))
-               .otherwise(F.when(in_this_block, last["but_first"])))
-    return (frame.withColumn("_longest_pause", longest)
-            .drop("_block", "_even", "_pause", "_block_max", "_later_even", "_later_odd",
-                  "_first_even", "_first_odd", "_last_before"))
-
-
 def streams_task_owners(subtopology_topics: DataFrame, member_tasks: DataFrame) -> DataFrame:
     """Per streams group, snapshot and topic its subtopologies read (source and repartition
     source topics): ``active_partitions``, the partitions whose task a member owns as active
@@ -262,24 +182,16 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     member_count, and ``described`` and ``group_type`` where present); ``task_owners``: the
     streams groups' tasks (``streams_task_owners``), None where there are none. One status per
     partition row with a committed offset (a share group's start offset)."""
-    micros = 1_000_000
-    history_us = int(settings.history_s * micros)
-    history = Window.partitionBy(*KEYS).orderBy("_us")
-    window = history.rangeBetween(-int(settings.window_s * micros), 0)
-    in_history = history.rangeBetween(-history_us, 0)
-    upto = history.rowsBetween(Window.unboundedPreceding, 0)
-    before = history.rowsBetween(Window.unboundedPreceding, -1)
-
     group_columns = ["state", "member_count"]
     group_columns += [c for c in ("described", "group_type") if c in groups.columns]
-    # Only what the rules read: every window below buffers and copies whole rows.
+    # Only what the rules read: the history pass below ships every column to Python and back.
     frame = (lag.select(*KEYS, "snapshot_ts", "committed_offset", "high_watermark", "lag")
              .where(F.col("committed_offset").isNotNull())
              # Small (one row per group and snapshot): broadcast, keeping the rows where they are.
              .join(F.broadcast(groups.select("cluster", "snapshot_ts", "group_id",
                                              *group_columns)),
                    ["cluster", "snapshot_ts", "group_id"], "left")
-             .withColumns({"_us": F.unix_micros("snapshot_ts"), "_t": _t("snapshot_ts")}))
+             .withColumn("_us", F.unix_micros("snapshot_ts")))
     if task_owners is None:
         frame = frame.withColumn("active_partitions", F.lit(None).cast("array<int>"))
     else:
@@ -296,98 +208,23 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     unowned = F.coalesce(streams & (F.col("member_count") > 0)
                          & ~F.array_contains("active_partitions", F.col("partition")),
                          F.lit(False))
-    frame = frame.withColumns({"_assigning": assigning, "_unowned": unowned})
-    # A partition whose high watermark could not be read (its leader down: the partition is
-    # offline, so nothing can be appended to it either) keeps the last one read within the
-    # history, as Burrow keeps its last broker offset: an unknown lag would otherwise be no
-    # lag, and a consumer stuck behind an offline partition would read as consuming.
-    read = F.when(F.col("high_watermark").isNotNull(), F.struct(
-        F.col("_t").alias("t"), F.col("high_watermark").alias("hw")))
-    hw_read = F.last(read, ignorenulls=True).over(upto)
-
-    def lag_from(hw: Column, t: Column, committed: Column, lag_: Column) -> Column:
-        """The lag, or where it is unknown the one from ``hw``, the last high watermark read
-        (a consumer that read past it had the records the broker appended since)."""
-        return F.coalesce(lag_, F.when(hw["t"] >= t - settings.history_s,
-                                       F.greatest(hw["hw"] - committed, F.lit(0))))
-
-    # Each withColumns holds only columns that do not read one another: one analysis of the
-    # plan per call, not per column (py4j round trips and analysis were most of a live run's
-    # time to build the frames). Window columns also cost a pass over the rows for each
-    # projection they need (``_with_longest_pause``): so the previous row's lag is computed
-    # from the previous row's own inputs, in the same pass as this row's.
-    frame = (frame
-             .withColumns({
-                 "_hw_read": F.when(hw_read["t"] >= F.col("_t") - settings.history_s, hw_read),
-                 "_prev_t": F.lag("_t").over(history),
-                 "_was_assigning": F.lag("_assigning").over(history),
-                 "_was_unowned": F.lag("_unowned").over(history),
-                 "_d_committed": F.col("committed_offset")
-                 - F.lag("committed_offset").over(history),
-                 "_prev_lag": lag_from(F.last(read, ignorenulls=True).over(before),
-                                       F.lag("_t").over(history),
-                                       F.lag("committed_offset").over(history),
-                                       F.lag("lag").over(history))})
-             .withColumns({
-                 "_hw_carried": F.col("high_watermark").isNull() & F.col("_hw_read").isNotNull(),
-                 "lag": lag_from(F.col("_hw_read"), F.col("_t"), F.col("committed_offset"),
-                                 F.col("lag"))})
-             .withColumn("_d_lag", F.col("lag") - F.col("_prev_lag"))
-             .drop("_prev_lag"))
-    advanced = F.col("_d_committed").isNotNull() & (F.col("_d_committed") != 0)
-    horizon = F.col("_t") - F.lit(settings.history_s)
+    frame = (frame.withColumns({"_assigning": assigning, "_unowned": unowned})
+             .drop("active_partitions"))
+    # What the rules read of the rows before each snapshot, and of the group's other
+    # partitions at it, in one sorted pass per group (status_history: Spark's window operator
+    # took four passes over every row, and a fifth after a shuffle by snapshot). A partition
+    # whose high watermark could not be read (its leader down: the partition is offline, so
+    # nothing can be appended to it either) keeps the last one read within the history, as
+    # Burrow keeps its last broker offset: an unknown lag would otherwise be no lag, and a
+    # consumer stuck behind an offline partition would read as consuming.
+    frame = frame.groupBy("cluster", "group_id").applyInArrow(
+        per_group(window_s=settings.window_s, history_s=settings.history_s,
+                  steady_points=settings.steady_points, lag_tolerance=settings.lag_tolerance,
+                  halt_after_s=settings.halt_after_s),
+        StructType(frame.schema.fields + from_arrow_schema(ADDED).fields))
     described = F.coalesce(F.col("described"), F.lit(False)) if "described" in groups.columns \
         else F.lit(True)
     members = F.coalesce(F.col("member_count"), F.lit(0))
-    # The last advance and the last snapshot with members, as running "last" values kept only
-    # within the history horizon (incremental frames).
-    last_advance = F.last("_advance", ignorenulls=True).over(upto)
-    last_with_members = F.last("_with_members", ignorenulls=True).over(before)
-    # A steady rhythm: at an advance, every snapshot of the window before it advanced too.
-    skipped = F.col("_d_committed").isNotNull() & (F.col("_d_committed") == 0)
-    frame = (frame
-             .withColumns({
-                 "_advance": F.when(advanced, F.struct(
-                     F.col("_t").alias("t"), F.col("_prev_t").alias("from_t"),
-                     F.col("lag").alias("lag"))),
-                 "_with_members": F.when(F.col("member_count") > 0, F.struct(
-                     F.col("_t").alias("t"), F.col("lag").alias("lag"))),
-                 # Where a run of Assigning (of an unowned task) starts.
-                 "_assigning_start": F.when(F.col("_assigning") & ~F.coalesce(
-                     F.col("_was_assigning"), F.lit(False)), F.col("_t")),
-                 "_unowned_start": F.when(F.col("_unowned") & ~F.coalesce(
-                     F.col("_was_unowned"), F.lit(False)), F.col("_t"))}))
-    # Every window column that needs no other one rides on the longest pause's first pass,
-    # the running "last steady advance" on its second.
-    steady = F.when(advanced, (F.col("_skips") == 0)
-                    & (F.col("_counted") >= settings.steady_points))
-    frame = (_with_longest_pause(frame, advanced, history, history_us, first={
-                 "_last_adv": F.when(last_advance["t"] >= horizon, last_advance),
-                 "_members_seen": F.when(last_with_members["t"] >= horizon, last_with_members),
-                 "_n": F.count("*").over(window),
-                 "_rewound": F.min("_d_committed").over(window) < 0,
-                 "_lag_first": F.first("lag").over(window),
-                 "_committed_first": F.first("committed_offset").over(window),
-                 "_hw_first": F.first("high_watermark").over(window),
-                 "_lag_never_fell": F.min("_d_lag").over(window) >= 0,
-                 "_skips": F.sum(skipped.cast("int")).over(window),
-                 "_counted": F.count("_d_committed").over(window),
-                 "_first_in_history": F.min("_t").over(in_history),
-                 "_assigning_start_last": F.last("_assigning_start", ignorenulls=True).over(upto),
-                 "_unowned_start_last": F.last("_unowned_start", ignorenulls=True).over(upto)},
-                 second={"_steady_last": F.last(steady, ignorenulls=True).over(upto)})
-             .withColumns({
-                 # Without an advance in the history: since the first snapshot within it, a
-                 # row every job that computes this snapshot has read (however far back it
-                 # read).
-                 "_last_advance": F.greatest(F.col("_last_adv")["t"], F.col("_first_in_history")),
-                 # Since the run began, or since the first snapshot in the history.
-                 "_assigning_since": F.greatest(F.col("_assigning_start_last"),
-                                                F.col("_first_in_history")),
-                 "_unowned_since": F.greatest(F.col("_unowned_start_last"),
-                                              F.col("_first_in_history"))})
-             .drop("_skips", "_counted", "_first_in_history", "_assigning_start_last",
-                   "_unowned_start_last"))
 
     since_advance = F.col("_t") - F.col("_last_advance")
     rhythm_known = F.col("_longest_pause").isNotNull()
@@ -412,26 +249,14 @@ def partition_status(lag: DataFrame, groups: DataFrame,
     # Since the last snapshot with members, or the last advance if it came later (a member
     # that committed on its way out): the committed offset has not moved since either.
     anchor_is_advance = F.coalesce(
-        F.col("_last_adv")["t"] > F.col("_members_seen")["t"], F.lit(False))
-    anchor_t = F.when(anchor_is_advance, F.col("_last_adv")["t"]) \
-        .otherwise(F.col("_members_seen")["t"])
-    anchor_lag = F.when(anchor_is_advance, F.col("_last_adv")["lag"]) \
-        .otherwise(F.col("_members_seen")["lag"])
-    # progress_stopped: this partition halted, and no partition of its group moved lately.
-    halted = (behind & F.coalesce(F.col("_steady_last"), F.lit(False))
-              & F.col("_last_adv").isNotNull() & (since_advance >= settings.halt_after_s)
-              & (F.col("lag") > F.col("_last_adv")["lag"]))
-    at_snapshot = Window.partitionBy("cluster", "group_id", "snapshot_ts")
-    frame = (frame
-             .withColumn("_halted", F.coalesce(halted, F.lit(False)))
-             .withColumns({  # one pass
-                 "_group_moving": F.max(
-                     (since_advance < settings.halt_after_s).cast("int")).over(at_snapshot),
-                 "_group_partitions": F.count("*").over(at_snapshot),
-                 "_group_halted": F.sum(F.col("_halted").cast("int")).over(at_snapshot)}))
+        F.col("_last_adv_t") > F.col("_members_seen_t"), F.lit(False))
+    anchor_t = F.when(anchor_is_advance, F.col("_last_adv_t")) \
+        .otherwise(F.col("_members_seen_t"))
+    anchor_lag = F.when(anchor_is_advance, F.col("_last_adv_lag")) \
+        .otherwise(F.col("_members_seen_lag"))
     assigning_for = F.col("_t") - F.col("_assigning_since")
     unowned_for = F.col("_t") - F.col("_unowned_since")
-    share_anchor_lag = F.coalesce(F.col("_last_adv")["lag"], F.col("_lag_first"))
+    share_anchor_lag = F.coalesce(F.col("_last_adv_lag"), F.col("_lag_first"))
     conditions: dict[Rule, Column] = {
         Rule.REWIND: F.coalesce(F.col("_rewound"), F.lit(False)),
         Rule.STREAMS_NOT_READY: streams & (state == NOT_READY_STATE),
@@ -442,10 +267,9 @@ def partition_status(lag: DataFrame, groups: DataFrame,
         Rule.SHARE_NO_MEMBERS: F.coalesce(
             share & described & (members == 0)
             & (F.col("high_watermark") > F.col("_hw_first")), F.lit(False)),
-        Rule.GROUP_EMPTY: F.coalesce(empty & F.col("_members_seen").isNotNull()
+        Rule.GROUP_EMPTY: F.coalesce(empty & F.col("_members_seen_t").isNotNull()
                                      & (F.col("lag") > anchor_lag), F.lit(False)),
-        Rule.PROGRESS_STOPPED: F.col("_halted")
-        & (F.coalesce(F.col("_group_moving"), F.lit(0)) == 0),
+        Rule.PROGRESS_STOPPED: F.col("_halted") & (F.col("_group_moving") == 0),
         Rule.STREAMS_TASK_UNOWNED: F.col("_unowned") & (unowned_for >= settings.stuck_after_s),
         Rule.STOPPED: behind & not_moving & (members == 0),
         Rule.SHARE_STALLED: F.coalesce(share & behind & not_moving & (members > 0)
@@ -500,7 +324,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
             "%d of %d partitions of the group: no commit for %.0f s (their rhythm: an advance "
             f"at every snapshot of the {settings.window_s:.0f} s before); lag %,d → %,d; %s",
             F.col("_group_halted"), F.col("_group_partitions"), since_advance,
-            F.col("_last_adv")["lag"], F.col("lag"),
+            F.col("_last_adv_lag"), F.col("lag"),
             F.when(members > 0, F.format_string("%d member(s) still listed", members))
             .otherwise(F.lit("no member listed"))))
         .when(applied.isin(Rule.STOPPED.value, Rule.STALLED.value), F.format_string(
@@ -515,7 +339,7 @@ def partition_status(lag: DataFrame, groups: DataFrame,
                                    F.col("lag"), since_advance, threshold_text)))
     carried = F.when(F.col("_hw_carried"), F.format_string(
         "; high watermark not read at this snapshot (its leader down?): lag from the one read"
-        " %.0f s before", F.col("_t") - F.col("_hw_read")["t"])).otherwise(F.lit(""))
+        " %.0f s before", F.col("_t") - F.col("_hw_read_t"))).otherwise(F.lit(""))
     return (frame.withColumn("_rule", rule)
             .select("cluster", "snapshot_ts", "group_id", "topic", "partition",
                     status_of[F.col("_rule")].alias("status"), F.col("_rule").alias("rule"),
