@@ -67,9 +67,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from groupscope.contract.status import TimeLagKind
 
@@ -77,13 +79,6 @@ GROUP_PARTITION = ["cluster", "group_id", "topic", "partition"]
 # A group consuming at least this share of production keeps up: no loss is forecast for it.
 KEEPS_UP = 0.95
 LOG_PARTITION = ["cluster", "topic", "partition"]
-# A lag row among its log partition's, as the estimated time lag's search keys it.
-_QUERY_KEY = [*LOG_PARTITION, "group_id", "_us"]
-# What the search returns for each such row: when its committed record was appended, how told.
-_FOUND = pa.schema([("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                    ("group_id", pa.string()), ("_us", pa.int64()),
-                    ("_appended_t", pa.float64()), ("_appended_kind", pa.string())])
-
 
 def _seconds(column: str) -> Column:
     return F.unix_micros(F.col(column)) / F.lit(1_000_000.0)
@@ -222,24 +217,30 @@ def _appended_at(point_us: np.ndarray, point_hw: np.ndarray, query_us: np.ndarra
     return appended, kinds
 
 
+_APPENDED = pa.schema([("_appended_t", pa.float64()), ("_appended_kind", pa.string())])
+
+
 def _appended_per_partition(history_s: float) -> Any:
     """The Arrow function of ``estimated_time_lag``'s cogroup: one log partition's points and
-    queries in, the queries' keys with ``_appended_t`` and ``_appended_kind`` out."""
+    lag rows in, the lag rows out with ``_appended_t`` and ``_appended_kind`` (null where the
+    row does not lag)."""
 
-    def appended_at(points: pa.Table, queries: pa.Table) -> pa.Table:
-        if queries.num_rows == 0:
-            return _FOUND.empty_table()
-
+    def appended_at(points: pa.Table, rows: pa.Table) -> pa.Table:
         def column(table: pa.Table, name: str) -> np.ndarray:
-            return np.asarray(table.column(name).to_numpy())
+            return np.asarray(pc.fill_null(table.column(name), 0).to_numpy())
 
-        t, kind = _appended_at(column(points, "_us"), column(points, "_hw"),
-                               column(queries, "_us"), column(queries, "committed_offset") + 1,
-                               column(queries, "_hw_now"), history_s)
-        found = [*(queries.column(name) for name in _QUERY_KEY),
-                 pa.array(t, mask=np.isnan(t)), pa.array(kind, pa.string())]
-        return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(found, _FOUND, strict=True)],
-                                    schema=_FOUND)
+        lag = rows.column("lag")
+        lagging = np.asarray(pc.fill_null(pc.greater(lag, 0), False).to_numpy(
+            zero_copy_only=False), dtype=bool)
+        t = np.full(rows.num_rows, np.nan)
+        kind = np.full(rows.num_rows, None, dtype=object)
+        queries = np.flatnonzero(lagging)
+        t[queries], kind[queries] = _appended_at(
+            column(points, "_us"), column(points, "_hw"), column(rows, "_us")[queries],
+            column(rows, "committed_offset")[queries] + 1,
+            column(rows, "high_watermark")[queries], history_s)
+        return (rows.append_column(_APPENDED.field("_appended_t"), pa.array(t, mask=np.isnan(t)))
+                .append_column(_APPENDED.field("_appended_kind"), pa.array(kind, pa.string())))
 
     return appended_at
 
@@ -253,19 +254,18 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
 
     One Arrow-vectorized pass per log partition (``_appended_at``: a sort and binary searches
     in numpy) instead of three window passes over points and queries: on a day of 7.2M rows
-    those took most of the lag mart's time (docs/benchmarks.md)."""
+    those took most of the lag mart's time (docs/benchmarks.md). The lag rows go through the
+    pass whole, each lagging one with its answer: no join back, nor a cache of the rows for
+    it (half the pass's time, issue 30)."""
     us = F.unix_micros("snapshot_ts").alias("_us")
     points = (partition_offsets.where(F.col("high_watermark").isNotNull())
               .select(*LOG_PARTITION, us, F.col("high_watermark").alias("_hw"))
               .repartition(*LOG_PARTITION))
-    # Read twice (the queries, and the rows they are joined back to): computed once.
-    lag = lag.withColumn("_us", F.unix_micros("snapshot_ts")).cache()
-    # (Both sides renamed: the lag's high watermark is the points' own column, which a
-    # cogroup of the two would find ambiguous.)
-    queries = lag.where(F.col("lag") > 0).select(*_QUERY_KEY, "committed_offset",
-                                                 F.col("high_watermark").alias("_hw_now"))
-    found = (points.groupBy(*LOG_PARTITION).cogroup(queries.groupBy(*LOG_PARTITION))
-             .applyInArrow(_appended_per_partition(history_s), from_arrow_schema(_FOUND)))
+    rows = lag.withColumn("_us", F.unix_micros("snapshot_ts"))
+    found = (points.groupBy(*LOG_PARTITION).cogroup(rows.groupBy(*LOG_PARTITION))
+             .applyInArrow(_appended_per_partition(history_s),
+                           StructType(rows.schema.fields
+                                      + from_arrow_schema(_APPENDED).fields)))
     appended = F.col("_appended_t")
     now = _seconds("snapshot_ts")
     time_lag = (F.when(F.col("lag").isNull(), F.lit(None))
@@ -274,18 +274,31 @@ def estimated_time_lag(lag: DataFrame, partition_offsets: DataFrame,
     kind = (F.when(F.col("lag").isNull(), F.lit(TimeLagKind.UNKNOWN.value))
             .when(F.col("lag") <= 0, F.lit(TimeLagKind.CAUGHT_UP.value))
             .otherwise(F.coalesce(F.col("_appended_kind"), F.lit(TimeLagKind.UNKNOWN.value))))
-    columns = [*LOG_PARTITION, *[c for c in lag.columns if c not in [*LOG_PARTITION, "_us"]]]
-    return (lag.join(found, _QUERY_KEY, "left")
-            .select(*columns, time_lag.alias("time_lag_estimated_s"),
-                    kind.alias("time_lag_kind")))
+    columns = [*LOG_PARTITION, *[c for c in lag.columns if c not in LOG_PARTITION]]
+    return found.select(*columns, time_lag.alias("time_lag_estimated_s"),
+                        kind.alias("time_lag_kind"))
+
+
+LOSS_SETTINGS = ["retention_ms", "retention_bytes", "cleanup_policy"]
+# The lag's growth is read since the previous snapshot, if it is at most this far back.
+GROWTH_WINDOW_S = 300.0
 
 
 def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: float = 3600.0,
-                       growth_window_s: float = 300.0) -> DataFrame:
+                       growth_window_s: float = GROWTH_WINDOW_S) -> DataFrame:
     """Adds lag_growth_rate, loss_in_s and loss_basis: when retention will delete the record
     at the committed offset, at the current rates (see the module doc). ``topics``: the landed
     topics table (retention settings per snapshot); None or a null setting drops the time
-    bound only."""
+    bound only. ``lag`` needs the time lag (``estimated_time_lag``, ``exact_time_lag``)."""
+    return _loss_forecast(_with_loss_windows(lag, topics, history_s, growth_window_s))
+
+
+def _with_loss_windows(lag: DataFrame, topics: DataFrame | None, history_s: float,
+                       growth_window_s: float) -> DataFrame:
+    """The loss forecast's windows over the group-partition's history (the lag's growth, a
+    log start that moves) and the topic's retention settings: what ``_loss_forecast`` reads,
+    besides the time lag. Apart, so that ``lag_mart`` runs them before the time lag's Arrow
+    pass, whose output Spark cannot know to be partitioned for them."""
     # Within a history segment (with_rates'), where it has one: across a re-created topic the
     # lag's growth and the log start's movement compare two different logs.
     segment = [c for c in ("segment",) if c in lag.columns]
@@ -306,8 +319,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
                                   (F.col("lag") - F.lag("lag").over(in_order)) / elapsed),
         "_deleting": F.col("log_start_offset")
         > F.first("log_start_offset", ignorenulls=True).over(order)})
-    deleting = F.col("_deleting")
-    settings = ["retention_ms", "retention_bytes", "cleanup_policy"]
+    settings = LOSS_SETTINGS
     if topics is None:
         frame = frame.select("*", *[F.lit(None).cast("long" if c != "cleanup_policy"
                                                      else "string").alias(c)
@@ -318,6 +330,12 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
         frame = frame.join(F.broadcast(topics.select("cluster", "snapshot_ts", "topic",
                                                      *settings)),
                            ["cluster", "snapshot_ts", "topic"], "left")
+    return frame
+
+
+def _loss_forecast(frame: DataFrame) -> DataFrame:
+    """loss_in_s and loss_basis from ``_with_loss_windows``' columns and the time lag."""
+    deleting = F.col("_deleting")
     production, consumption = F.col("production_rate"), F.col("consumption_rate")
     headroom = F.col("committed_offset") - F.col("log_start_offset")
     growth = F.col("lag_growth_rate")
@@ -361,7 +379,7 @@ def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: floa
              .when(second.isNotNull(), F.lit("retention_ms"))
              .when(safe, F.lit("none")))
     return (frame.withColumns({"loss_in_s": loss, "loss_basis": basis})
-            .drop("_us", "_deleting", "_by_log_start", "_by_time", *settings, *segment))
+            .drop("_us", "_deleting", "_by_log_start", "_by_time", *LOSS_SETTINGS, "segment"))
 
 
 def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
@@ -421,9 +439,11 @@ def lag_mart(committed: DataFrame, partition_offsets: DataFrame, assignments: Da
         committed = with_share_positions(committed, share_offsets)
     frame = partition_lag(committed, partition_offsets, assignments)
     frame = with_rates(frame, rate_window_s)
-    frame = estimated_time_lag(frame, partition_offsets, history_s)
     frame = exact_time_lag(frame, record_timestamps)
-    return with_loss_forecast(frame, topics, history_s)
+    # Every window and join before the time lag's Arrow pass: Spark cannot tell that its
+    # output is still partitioned by log partition, and would shuffle every row again.
+    frame = _with_loss_windows(frame, topics, history_s, GROWTH_WINDOW_S)
+    return _loss_forecast(estimated_time_lag(frame, partition_offsets, history_s))
 
 
 def within(frame: DataFrame, start: Any, end: Any, column: str = "snapshot_ts") -> DataFrame:
