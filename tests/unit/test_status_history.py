@@ -19,13 +19,18 @@ from groupscope.analyze.status_history import group_columns, history_columns, pe
 WINDOW_S, HISTORY_S, STEADY_POINTS = 600.0, 3600.0, 3
 
 
-def _history(rng: random.Random, rows: int) -> list[dict[str, Any]]:
+def _history(rng: random.Random, rows: int, on_edges: bool = False) -> list[dict[str, Any]]:
+    """A partition's random history. ``on_edges``: snapshots whole multiples of 10 s apart,
+    so that windows start exactly at a row (the frames' inclusive bounds)."""
     us, committed, hw = 1_700_000_000_000_000 + rng.randrange(10**9), 1000, 1200
     assigning = False
     out = []
     for _ in range(rows):
-        us += rng.choice([rng.randrange(5, 70), rng.randrange(60, 400),
-                          rng.randrange(400, 3000)]) * 1_000_000 + rng.randrange(1_000_000)
+        if on_edges:
+            us += rng.choice([10, 30, 60, 60, 60, 300, 600, 1200]) * 1_000_000
+        else:
+            us += rng.choice([rng.randrange(5, 70), rng.randrange(60, 400),
+                              rng.randrange(400, 3000)]) * 1_000_000 + rng.randrange(1_000_000)
         hw += rng.randrange(0, 40)
         roll = rng.random()
         if roll < 0.05:
@@ -36,9 +41,11 @@ def _history(rng: random.Random, rows: int) -> list[dict[str, Any]]:
         if rng.random() < 0.1:
             assigning = not assigning
         members = rng.choice([None, 0, 1, 2, 2])
+        # (A lag unknown where the high watermark was read cannot come from the lag mart;
+        # here it tells which of the two the completed lag follows.)
         out.append({"_us": us, "committed_offset": committed,
                     "high_watermark": hw if read else None,
-                    "lag": hw - committed if read else None,
+                    "lag": hw - committed if read and rng.random() > 0.05 else None,
                     "member_count": members, "_assigning": assigning,
                     "_unowned": rng.random() < 0.2})
     return out
@@ -137,10 +144,10 @@ def _plain(values: np.ndarray, valid: np.ndarray) -> list[Any]:
     return [v.item() if ok else None for v, ok in zip(values, valid, strict=True)]
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_every_history_value_is_its_definition_at_every_row(seed: int) -> None:
     rng = random.Random(seed)
-    rows = _history(rng, rng.randrange(60, 160))
+    rows = _history(rng, rng.randrange(60, 160), on_edges=seed % 2 == 1)
     got = history_columns(_arrays(rows), window_s=WINDOW_S, history_s=HISTORY_S,
                           steady_points=STEADY_POINTS)
     expected = _by_definition(rows)
@@ -154,27 +161,51 @@ def test_every_history_value_is_its_definition_at_every_row(seed: int) -> None:
 
 
 def test_the_group_view_counts_each_snapshots_partitions_halted_and_moving() -> None:
-    """Two partitions at three snapshots: ``_group_moving`` is whether any partition of the
-    snapshot advanced within the halt time, ``_group_halted`` how many halted."""
-    us = np.array([1, 2, 3, 1, 2, 3]) * 60_000_000
+    """Four partitions at three snapshots: ``_halted`` is a steady committer behind, silent
+    for at least the halt time, its lag grown since its last advance (each part known);
+    ``_group_moving`` whether any partition of the snapshot advanced within the halt time,
+    ``_group_halted`` how many halted."""
+    us = np.array([1, 2, 3] * 4) * 60_000_000
     t = us / 1_000_000.0
-    known = np.ones(6, dtype=bool)
-    # Partition 0 halted at 2 and 3 (steady, behind, silent 60 s, lag grown); partition 1
-    # advanced at 2 (moving there), then halted at 3 with an unknown lag (not halted).
+    known = np.ones(12, dtype=bool)
+    # p0 halts at 2 and 3 (silent 60 s and 120 s, lag 5 -> 9 -> 12). p1 advances at 2
+    # (moving there); at 3 its lag is unknown: not halted. p2 is silent exactly the halt time
+    # at 2 and 3 (15 s: halted, and not moving). p3 is never halted: the lag at its last
+    # advance is unknown at 1 and 3, and at 2 its last advance is older than the history.
+    last_advance = np.array([60.0, 60, 60, 60, 120, 120, 60, 105, 165, 0, 0, 0])
     columns = {
         "_t": (t, known),
-        "_last_advance": (np.array([60.0, 60, 60, 60, 120, 120]), known),
-        "_last_adv_t": (np.array([60.0, 60, 60, 60, 120, 120]), known),
-        "_last_adv_lag": (np.array([5, 5, 5, 5, 5, 5]), known),
-        "_steady_last": (np.array([True] * 6), known),
+        "_last_advance": (last_advance, known),
+        "_last_adv_t": (last_advance, np.array([True] * 10 + [False, True])),
+        "_last_adv_lag": (np.array([5] * 12), np.array([True] * 9 + [False, True, False])),
+        "_steady_last": (np.array([True] * 12), known),
     }
-    lag = (np.array([5, 9, 12, 5, 6, 0]), np.array([True] * 5 + [False]))
+    lag = (np.array([5, 9, 12, 5, 6, 9, 5, 8, 9, 9, 9, 9]),
+           np.array([True] * 5 + [False] + [True] * 6))
     got = {name: _plain(*value) for name, value in group_columns(
         us, columns, lag, lag_tolerance=1, halt_after_s=15.0).items()}
-    assert got == {"_halted": [False, True, True, False, False, False],
-                   "_group_moving": [1, 1, 0, 1, 1, 0],
-                   "_group_partitions": [2, 2, 2, 2, 2, 2],
-                   "_group_halted": [0, 1, 1, 0, 1, 1]}
+    assert got == {"_halted": [False, True, True, False, False, False,
+                               False, True, True, False, False, False],
+                   "_group_moving": [1, 1, 0] * 4,
+                   "_group_partitions": [4] * 12,
+                   "_group_halted": [0, 2, 2] * 4}
+
+
+def test_what_was_read_exactly_the_history_ago_still_counts() -> None:
+    """The history's bounds are inclusive: a high watermark read, or members seen, exactly
+    ``history_s`` before a snapshot still complete its lag and anchor its group_empty."""
+    start = 1_700_000_000_000_000
+    rows = [{"_us": start, "committed_offset": 10, "high_watermark": 20, "lag": 10,
+             "member_count": 1, "_assigning": False, "_unowned": False},
+            {"_us": start + int(HISTORY_S) * 1_000_000, "committed_offset": 12,
+             "high_watermark": None, "lag": None, "member_count": 0, "_assigning": False,
+             "_unowned": False}]
+    got = history_columns(_arrays(rows), window_s=WINDOW_S, history_s=HISTORY_S,
+                          steady_points=STEADY_POINTS)
+    expected = _by_definition(rows)
+    assert expected["lag"] == [10, 8] and expected["_members_seen_lag"] == [None, 10]
+    for name, values in expected.items():
+        assert _plain(*got[name]) == values, name
 
 
 def test_the_arrow_pass_sorts_each_partition_by_time_and_keeps_every_row() -> None:

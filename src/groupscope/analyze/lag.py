@@ -284,21 +284,14 @@ LOSS_SETTINGS = ["retention_ms", "retention_bytes", "cleanup_policy"]
 GROWTH_WINDOW_S = 300.0
 
 
-def with_loss_forecast(lag: DataFrame, topics: DataFrame | None, history_s: float = 3600.0,
-                       growth_window_s: float = GROWTH_WINDOW_S) -> DataFrame:
-    """Adds lag_growth_rate, loss_in_s and loss_basis: when retention will delete the record
-    at the committed offset, at the current rates (see the module doc). ``topics``: the landed
-    topics table (retention settings per snapshot); None or a null setting drops the time
-    bound only. ``lag`` needs the time lag (``estimated_time_lag``, ``exact_time_lag``)."""
-    return _loss_forecast(_with_loss_windows(lag, topics, history_s, growth_window_s))
-
-
-def _with_loss_windows(lag: DataFrame, topics: DataFrame | None, history_s: float,
-                       growth_window_s: float) -> DataFrame:
-    """The loss forecast's windows over the group-partition's history (the lag's growth, a
-    log start that moves) and the topic's retention settings: what ``_loss_forecast`` reads,
-    besides the time lag. Apart, so that ``lag_mart`` runs them before the time lag's Arrow
-    pass, whose output Spark cannot know to be partitioned for them."""
+def with_loss_windows(lag: DataFrame, topics: DataFrame | None, history_s: float = 3600.0,
+                      growth_window_s: float = GROWTH_WINDOW_S) -> DataFrame:
+    """The loss forecast's windows over the group-partition's history (lag_growth_rate, and
+    whether the log start moved) and the topic's retention settings: what
+    ``with_loss_forecast`` reads besides the time lag. ``topics``: the landed topics table
+    (retention settings per snapshot); None or a null setting drops the time bound only.
+    Apart from the forecast, so that ``lag_mart`` runs them before the time lag's Arrow pass,
+    whose output Spark cannot know to be partitioned for them."""
     # Within a history segment (with_rates'), where it has one: across a re-created topic the
     # lag's growth and the log start's movement compare two different logs.
     segment = [c for c in ("segment",) if c in lag.columns]
@@ -319,22 +312,23 @@ def _with_loss_windows(lag: DataFrame, topics: DataFrame | None, history_s: floa
                                   (F.col("lag") - F.lag("lag").over(in_order)) / elapsed),
         "_deleting": F.col("log_start_offset")
         > F.first("log_start_offset", ignorenulls=True).over(order)})
-    settings = LOSS_SETTINGS
     if topics is None:
         frame = frame.select("*", *[F.lit(None).cast("long" if c != "cleanup_policy"
                                                      else "string").alias(c)
-                                    for c in settings])
+                                    for c in LOSS_SETTINGS])
     else:
         # Small (a row per topic and snapshot): broadcast, so the frame keeps its partitioning
         # by log partition for the windows.
         frame = frame.join(F.broadcast(topics.select("cluster", "snapshot_ts", "topic",
-                                                     *settings)),
+                                                     *LOSS_SETTINGS)),
                            ["cluster", "snapshot_ts", "topic"], "left")
     return frame
 
 
-def _loss_forecast(frame: DataFrame) -> DataFrame:
-    """loss_in_s and loss_basis from ``_with_loss_windows``' columns and the time lag."""
+def with_loss_forecast(frame: DataFrame) -> DataFrame:
+    """Adds loss_in_s and loss_basis: when retention will delete the record at the committed
+    offset, at the current rates (see the module doc), from ``with_loss_windows``' columns
+    and the time lag (``estimated_time_lag``, ``exact_time_lag``)."""
     deleting = F.col("_deleting")
     production, consumption = F.col("production_rate"), F.col("consumption_rate")
     headroom = F.col("committed_offset") - F.col("log_start_offset")
@@ -442,8 +436,8 @@ def lag_mart(committed: DataFrame, partition_offsets: DataFrame, assignments: Da
     frame = exact_time_lag(frame, record_timestamps)
     # Every window and join before the time lag's Arrow pass: Spark cannot tell that its
     # output is still partitioned by log partition, and would shuffle every row again.
-    frame = _with_loss_windows(frame, topics, history_s, GROWTH_WINDOW_S)
-    return _loss_forecast(estimated_time_lag(frame, partition_offsets, history_s))
+    frame = with_loss_windows(frame, topics, history_s)
+    return with_loss_forecast(estimated_time_lag(frame, partition_offsets, history_s))
 
 
 def within(frame: DataFrame, start: Any, end: Any, column: str = "snapshot_ts") -> DataFrame:

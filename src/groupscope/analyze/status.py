@@ -156,10 +156,6 @@ class StatusSettings:
     stuck_after_s: float = 120.0
 
 
-def _t(column: str) -> Column:
-    return F.unix_micros(F.col(column)) / F.lit(1_000_000.0)
-
-
 def streams_task_owners(subtopology_topics: DataFrame, member_tasks: DataFrame) -> DataFrame:
     """Per streams group, snapshot and topic its subtopologies read (source and repartition
     source topics): ``active_partitions``, the partitions whose task a member owns as active

@@ -108,7 +108,9 @@ def history_columns(rows: dict[str, tuple[np.ndarray, np.ndarray]], *, window_s:
                     history_s: float, steady_points: int,
                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The ``ADDED`` columns (and the completed ``lag``) of one partition's rows, sorted by
-    ``_us``. ``rows``: (values, valid) of ``_us``, ``committed_offset``, ``high_watermark``,
+    ``_us``, one row per snapshot (the landed tables' keys: with two rows at one snapshot, the
+    window version's answer depended on Spark's order between them, and this one's does not
+    reproduce it). ``rows``: (values, valid) of ``_us``, ``committed_offset``, ``high_watermark``,
     ``lag``, ``member_count``, ``_assigning`` and ``_unowned``. Returns (values, valid) per
     column. ``status``'s module doc gives what each value means to the rules."""
     us = rows["_us"][0]
@@ -133,13 +135,7 @@ def history_columns(rows: dict[str, tuple[np.ndarray, np.ndarray]], *, window_s:
     read_t, read_hw = t[np.maximum(read, 0)], hw[np.maximum(read, 0)]
     full_lag = np.where(lag_ok, lag, np.maximum(read_hw - committed, 0))
     full_lag_ok = lag_ok | read_ok
-    read_before = _before(read)
-    prev_read_ok = (has_prev & (read_before >= 0)
-                    & (t[np.maximum(read_before, 0)] >= t[prev] - history_s))
-    prev_lag = np.where(lag_ok[prev], lag[prev],
-                        np.maximum(hw[np.maximum(read_before, 0)] - committed[prev], 0))
-    prev_lag_ok = has_prev & (lag_ok[prev] | prev_read_ok)
-    d_lag, d_lag_ok = full_lag - prev_lag, full_lag_ok & prev_lag_ok
+    d_lag, d_lag_ok = full_lag - full_lag[prev], full_lag_ok & full_lag_ok[prev] & has_prev
     d_committed = committed - committed[prev]
     advanced = has_prev & (d_committed != 0)
     skipped = has_prev & (d_committed == 0)
