@@ -180,10 +180,10 @@ def test_the_group_view_counts_each_snapshots_partitions_halted_and_moving() -> 
         "_last_adv_lag": (np.array([5] * 12), np.array([True] * 9 + [False, True, False])),
         "_steady_last": (np.array([True] * 12), known),
     }
-    lag = (np.array([5, 9, 12, 5, 6, 9, 5, 8, 9, 9, 9, 9]),
-           np.array([True] * 5 + [False] + [True] * 6))
+    columns["lag"] = (np.array([5, 9, 12, 5, 6, 9, 5, 8, 9, 9, 9, 9]),
+                      np.array([True] * 5 + [False] + [True] * 6))
     got = {name: _plain(*value) for name, value in group_columns(
-        us, columns, lag, lag_tolerance=1, halt_after_s=15.0).items()}
+        us, columns, lag_tolerance=1, halt_after_s=15.0).items()}
     assert got == {"_halted": [False, True, True, False, False, False,
                                False, True, True, False, False, False],
                    "_group_moving": [1, 1, 0] * 4,

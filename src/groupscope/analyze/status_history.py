@@ -201,16 +201,16 @@ def history_columns(rows: dict[str, tuple[np.ndarray, np.ndarray]], *, window_s:
     }
 
 
-def group_columns(us: np.ndarray, columns: dict[str, tuple[np.ndarray, np.ndarray]],
-                  lag: tuple[np.ndarray, np.ndarray], *, lag_tolerance: int,
-                  halt_after_s: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def group_columns(us: np.ndarray, columns: dict[str, tuple[np.ndarray, np.ndarray]], *,
+                  lag_tolerance: int, halt_after_s: float,
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``progress_stopped``'s view of the whole group at each snapshot, from the
     ``history_columns`` of all its partitions' rows (``us``: each row's snapshot): whether the
     row's partition halted (a steady committer behind, silent for ``halt_after_s``, its lag
     grown since its last advance), and per snapshot whether any partition moved within
     ``halt_after_s``, how many partitions there are and how many halted."""
     since_advance = columns["_t"][0] - columns["_last_advance"][0]
-    (lag_values, lag_ok), (adv_lag, adv_lag_ok) = lag, columns["_last_adv_lag"]
+    (lag_values, lag_ok), (adv_lag, adv_lag_ok) = columns["lag"], columns["_last_adv_lag"]
     steady, steady_ok = columns["_steady_last"]
     halted = (lag_ok & (lag_values > lag_tolerance) & steady & steady_ok
               & columns["_last_adv_t"][1] & (since_advance >= halt_after_s)
@@ -250,8 +250,8 @@ def per_group(*, window_s: float, history_s: float, steady_points: int, lag_tole
         columns = {name: (np.concatenate([p[name][0] for p in parts]),
                           np.concatenate([p[name][1] for p in parts]))
                    for name in parts[0]}
-        columns.update(group_columns(inputs["_us"][0], columns, columns["lag"],
-                                     lag_tolerance=lag_tolerance, halt_after_s=halt_after_s))
+        columns.update(group_columns(inputs["_us"][0], columns, lag_tolerance=lag_tolerance,
+                                     halt_after_s=halt_after_s))
         types = {**{f.name: f.type for f in rows.schema}, **{f.name: f.type for f in ADDED}}
         out = {name: rows.column(name) for name in rows.column_names}
         for name, (values, valid) in columns.items():
