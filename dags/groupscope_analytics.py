@@ -106,7 +106,8 @@ def analytics_dag(conn_id: str) -> None:
         def retention() -> dict[str, object]:
             from groupscope import pipeline
 
-            return pipeline.retention(warehouse_url(), SETTINGS.retention, datetime.now(UTC))
+            return pipeline.retention(warehouse_url(), SETTINGS.retention,
+                                      worker_clock=datetime.now(UTC))
 
         # One after another: each job uses the cores Spark is given.
         jobs[0] >> jobs[1] >> jobs[2] >> check_marts()

@@ -98,8 +98,9 @@ class GroupscopeAlertNotifier(BaseNotifier):
     """A task that failed for good becomes the ``task_failed`` condition's evidence
     (``ops.task_runs``), so its incident goes through the same rules, routes and channels as
     every other alert (the next evaluation sends it); the alert log keeps a line too. When the
-    warehouse cannot be reached either, the log line is all this can do: the evaluation tells
-    the channels of the warehouse outage itself."""
+    warehouse cannot record it (down, read-only, full, ...), the failure goes straight to the
+    channels instead, as the warehouse outage notice (once per outage: the alert task's
+    evaluations, failing on the same warehouse, share its state)."""
 
     def notify(self, context: Any) -> None:
         from groupscope.serve.alerting.alerts import Alert, send
@@ -139,9 +140,35 @@ def _record_task_run(context: Any, state: str, at: datetime, reason: str = "") -
     try:
         pipeline.record_task_run(warehouse_url(), str(cluster), ti.dag_id, ti.task_id, state,
                                  ti.run_id, getattr(ti, "try_number", None), at, reason)
-    except Exception as exc:  # a callback never raises; the warehouse outage is told apart
+    except Exception as exc:  # a callback never raises
         _log.warning("task %s.%s %s, not recorded in the warehouse: %s", ti.dag_id,
                      ti.task_id, state, type(exc).__name__)
+        if state == "failed":
+            _tell_unrecorded_failure(str(cluster), f"{ti.dag_id}.{ti.task_id}", reason, exc, at)
+
+
+def _tell_unrecorded_failure(cluster: str, task: str, reason: str, error: Exception,
+                             at: datetime) -> None:
+    """A task failure the warehouse could not keep, told straight to every channel as the
+    warehouse outage (``pipeline.warehouse_outage``): nobody would hear it otherwise."""
+    from groupscope import pipeline
+    from groupscope.serve.alerting.airflow_channels import build_channels
+    from groupscope.serve.alerting.channels import first_line
+    from groupscope.settings import reveal
+
+    kind = getattr(error, "kind", "failing")
+    why = first_line(error) or type(error).__name__
+    try:
+        rules = pipeline.fallback_rules(SETTINGS.alert_rules)
+        channels = build_channels(rules, reveal(SETTINGS.alert_webhook_url)).channels
+        told = pipeline.warehouse_outage(
+            channels, cluster, SETTINGS.alert_log.parent, at,
+            f"{why}; task {task} failed and could not be recorded: {first_line(reason)}", kind)
+        _log.error("task %s failed and the warehouse is %s; channels told: %s", task, kind,
+                   told or "already, this outage")
+    except Exception as exc:
+        _log.error("task %s failed, and neither the warehouse nor the channels could be told: "
+                   "%s", task, type(exc).__name__)
 
 
 class AnalyticsJobOperator(SparkSubmitOperator):

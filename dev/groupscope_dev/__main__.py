@@ -619,7 +619,7 @@ class _StatusPrinter:
         """The runs per DAG, the warehouse, open incidents and task failures on one line, then
         the groups."""
         from groupscope import warehouse
-        from groupscope.serve.alerting import incidents
+        from groupscope.serve.alerting import incidents, store
         from groupscope.serve.alerting.alerts import read_log
         from groupscope.serve.alerting.notify import headline, top_cause
         from groupscope_dev.runstatus import read_groups, render_groups
@@ -641,7 +641,7 @@ class _StatusPrinter:
         try:
             loaded, rows, open_now = self._read(lambda conn: (
                 int(conn.execute(text("SELECT count(*) FROM raw.snapshots")).scalar_one()),
-                read_groups(conn, self.cluster), incidents.open_incidents(conn)))
+                read_groups(conn, self.cluster), store.open_incidents(conn)))
             firing = [i for i in open_now if i.state == "firing"
                       and not i.details.get(incidents.INHIBITED)]
             held = [i for i in open_now if i.details.get(incidents.INHIBITED)]
@@ -667,7 +667,7 @@ class _StatusPrinter:
         return " | ".join(parts) + groups
 
     def summary(self, mails: int, dashboards: list[str]) -> str:
-        from groupscope.serve.alerting.incidents import incidents_since
+        from groupscope.serve.alerting.store import incidents_since
         from groupscope_dev.runstatus import render_summary
 
         try:

@@ -286,8 +286,9 @@ def read_notifications(conn: Any, seen: set[tuple[str, str, str, str]],
                        since: datetime) -> list[Sent]:
     """The notifications owed since ``since`` whose delivery outcome (sent, or failed) is
     new to ``seen`` (updated in place), one ``Sent`` per incident and notification."""
-    from groupscope.serve.alerting.incidents import Incident, incidents_since
+    from groupscope.serve.alerting.incidents import Incident
     from groupscope.serve.alerting.notify import headline
+    from groupscope.serve.alerting.store import incidents_since
 
     new = [r for r in conn.execute(_DELIVERIES, {"since": since}).mappings()
            if (r["incident_id"], r["notification"], r["channel"], r["state"]) not in seen]

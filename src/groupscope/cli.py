@@ -476,12 +476,34 @@ def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
         print(f"  {rule.name:<26} {rule.severity:<8} {rule.condition} {compared} "
               f"{rule.threshold:g} "
               f"for {duration(rule.for_.total_seconds())}{overrides}{state}")
+    for name, spec, state in _channel_connections(rules):
+        print(f"  channel {name:<18} {spec.kind:<8} connection {spec.connection}: {state}")
     return 0
+
+
+def _channel_connections(rules: Any) -> list[tuple[str, Any, str]]:
+    """Each channel of the rules with its connection's state here: present, missing (what is
+    routed to it is owed and fails, and channel_failing names it), or unreadable."""
+    try:
+        from groupscope.serve.alerting.airflow_channels import build_channels
+    except ImportError:
+        return [(c.name, c, "not checked (Airflow is not installed here)") for c in rules.channels]
+    built = build_channels(rules, reveal(load_settings().alert_webhook_url))
+    states = []
+    for spec in rules.channels:
+        if spec.name in built.channels:
+            state = "present"
+        elif spec.name in built.unavailable:
+            state = f"UNREADABLE: {built.unavailable[spec.name]}"
+        else:
+            state = f"MISSING: {built.skipped.get(spec.name, 'not defined')}"
+        states.append((spec.name, spec, state))
+    return states
 
 
 def cmd_alerts_list(args: argparse.Namespace) -> int:
     from groupscope import warehouse
-    from groupscope.serve.alerting import incidents
+    from groupscope.serve.alerting import store
     from groupscope.serve.alerting.notify import duration, headline
 
     if not args.url:
@@ -489,8 +511,8 @@ def cmd_alerts_list(args: argparse.Namespace) -> int:
     engine = warehouse.engine_for(args.url)
     try:
         with warehouse.connect(engine) as conn:
-            open_now = incidents.open_incidents(conn, args.cluster)
-            delivered = incidents.deliveries(conn, [i.incident_id for i in open_now])
+            open_now = store.open_incidents(conn, args.cluster)
+            delivered = store.deliveries(conn, [i.incident_id for i in open_now])
     except warehouse.WarehouseUnavailable as exc:
         raise CliError(str(exc), EXIT_UNAVAILABLE) from None
     finally:

@@ -50,14 +50,57 @@ class StageFailed(RuntimeError):
     """A stage could not do its work; the message says why and what was kept."""
 
 
-class WarehouseUnreachable(StageFailed):
-    """The warehouse cannot be reached (refused, gone mid-way, shutting down): what the alert
-    task tells every channel directly. Any other database error is a plain StageFailed."""
+class WarehouseFailed(StageFailed):
+    """The warehouse cannot do a stage's work; ``kind`` says how, in an on-call's words
+    (``warehouse_failure``): what the alert task tells every channel directly."""
+
+    def __init__(self, message: str, kind: str = "failing") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class WarehouseUnreachable(WarehouseFailed):
+    """The warehouse cannot be reached (refused, gone mid-way, shutting down)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "unreachable")
+
+
+class ClockSkewed(StageFailed):
+    """This worker's clock is too far from the warehouse's to judge or delete anything."""
+
+    kind = "clock skew"
 
 
 # SQLSTATEs of a server that is not there to answer: connection exceptions (class 08), and an
 # administrator's or a crash's shutdown. An OperationalError without one never got an answer.
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+# A warehouse that answers but cannot do the work, by SQLSTATE (or its class, two characters),
+# named as an on-call would say it.
+_FAILURE_KINDS = {
+    "25006": "read-only",  # a replica promoted the other way, default_transaction_read_only
+    "53100": "disk full",
+    "53200": "out of memory",
+    "53300": "too many connections",
+    "57014": "statement timeout",
+    "55P03": "lock not available",
+    "42P01": "not migrated",  # a relation missing: a build deployed before its migration
+    "42703": "not migrated",  # a column missing
+    "42883": "not migrated",  # a function missing
+    "28": "refused the credentials",
+    "42501": "refused the privileges",
+    "22": "refused the data",
+    "23": "refused the data",
+}
+
+
+def warehouse_failure(sqlstate: str | None) -> str:
+    """What a SQLSTATE means for the on-call: "read-only", "disk full", "statement timeout",
+    "not migrated", ...; "failing (SQLSTATE X)" for the others."""
+    if sqlstate is None:
+        return "failing"
+    return _FAILURE_KINDS.get(sqlstate) or _FAILURE_KINDS.get(sqlstate[:2]) or \
+        f"failing (SQLSTATE {sqlstate})"
 
 
 def cluster_config(name: str, client: Mapping[str, Any]) -> ClusterConfig:
@@ -343,13 +386,29 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _warehouse_clock(engine: Any, worker_clock: datetime | None, refused: str) -> datetime:
+    """The warehouse's clock, checked against the worker's (``ClockSkewed`` past the bound)."""
+    from groupscope import warehouse
+    from groupscope.serve.alerting import evaluation, store
+
+    with warehouse.connect(engine) as conn, conn.begin():
+        clock = store.clock(conn)
+    if worker_clock is not None:
+        try:
+            evaluation.check_clock(worker_clock, clock)
+        except evaluation.ClockSkew as exc:
+            raise ClockSkewed(f"{refused}: {exc}") from None
+    return clock
+
+
 # The operational tables whose rows ``retention`` deletes past their age (how long: the
 # settings' GROUPSCOPE_RETENTION_*_DAYS): resolved alert incidents with their deliveries,
 # quality results, and the records of dropped partitions.
 OPS_RETENTION = ("incidents", "quality", "drops")
 
 
-def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) -> dict[str, Any]:
+def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime | None = None,
+              *, worker_clock: datetime | None = None) -> dict[str, Any]:
     """Warehouse housekeeping: creates the partitions of today and the coming days, then drops
     the partitions older than their family's retention (``keep``: raw, mart, hourly), each
     recorded in ``ops.retention_drops``; then deletes the operational rows older than theirs
@@ -359,11 +418,15 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
 
     Everything here is shared by the clusters, whose tasks all run it at the same minute: each
     partition and the operational rows are taken by one run (a lock taken without waiting);
-    the others skip them, and none waits for another."""
+    the others skip them, and none waits for another.
+
+    ``now`` None: the warehouse's clock, and a ``worker_clock`` further from it than
+    ``MAX_CLOCK_SKEW`` deletes nothing (``ClockSkewed``): a worker 14 days ahead would
+    otherwise drop 14 days of data. A ``now`` given (a test, a replay) is taken as it is."""
     from sqlalchemy import text
 
     from groupscope import quality, warehouse
-    from groupscope.serve.alerting import incidents
+    from groupscope.serve.alerting import store
     from groupscope.warehouse import partitions
 
     try:
@@ -372,12 +435,14 @@ def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime) 
     except ValueError as exc:
         raise StageFailed(f"retention: {exc}") from None
     with _warehouse(warehouse_url) as engine:
+        if now is None:
+            now = _warehouse_clock(engine, worker_clock, "retention: nothing deleted")
         run = partitions.apply_retention(engine, families, now)
         with warehouse.connect(engine) as conn, conn.begin():
             pruned: dict[str, int] | str = "by another run"
             if conn.execute(text("SELECT pg_try_advisory_xact_lock(hashtext(:key))"),
                             {"key": "groupscope-retention:ops"}).scalar_one():
-                pruned = {"alert_incidents": incidents.prune(conn, now - ops["incidents"]),
+                pruned = {"alert_incidents": store.prune(conn, now - ops["incidents"]),
                           "quality_results": quality.prune(conn, now - ops["quality"]),
                           "retention_drops": partitions.prune_drops(conn, now - ops["drops"])}
     return {**run.summary(), "ops_pruned": pruned}
@@ -472,9 +537,11 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
 def _warehouse(warehouse_url: str) -> Iterator[Any]:
     """An engine for one stage, on a warehouse checked to be migrated (a task never migrates
     it: ``groupscope warehouse migrate`` does; checked once per process); an unreachable
-    warehouse becomes ``WarehouseUnreachable``; one not migrated, a lock not granted in time
-    or another database error ``StageFailed``."""
-    from sqlalchemy.exc import OperationalError
+    warehouse becomes ``WarehouseUnreachable``; one that answers but cannot do the work
+    (read-only, disk full, a statement timeout, not migrated, any other database error)
+    ``WarehouseFailed`` with its kind; a lock not granted in time ``StageFailed``."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError, OperationalError
 
     from groupscope import warehouse
 
@@ -484,193 +551,44 @@ def _warehouse(warehouse_url: str) -> Iterator[Any]:
         yield engine
     except warehouse.WarehouseUnavailable as exc:
         raise WarehouseUnreachable(f"{exc} (landed data is kept and loads later)") from None
-    except (warehouse.WarehouseNotMigrated, warehouse.LockTimeout, warehouse.WriterBusy) as exc:
+    except warehouse.WarehouseNotMigrated as exc:
+        raise WarehouseFailed(str(exc), "not migrated") from None
+    except (warehouse.LockTimeout, warehouse.WriterBusy) as exc:
         raise StageFailed(str(exc)) from None
-    except OperationalError as exc:  # no password in it
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+    except (DBAPIError, psycopg.Error) as exc:  # no password in either
+        orig = exc.orig if isinstance(exc, DBAPIError) else exc
+        reason = str(orig).strip().splitlines()[0] if orig else type(exc).__name__
         where = engine.url.render_as_string(hide_password=True)
-        state = getattr(exc.orig, "sqlstate", None)
-        if state is None or state.startswith(_UNREACHABLE_STATES):
+        state = getattr(orig, "sqlstate", None)
+        unanswered = state is None and isinstance(exc, OperationalError
+                                                  | psycopg.OperationalError)
+        if unanswered or (state is not None and state.startswith(_UNREACHABLE_STATES)):
             raise WarehouseUnreachable(f"warehouse {where} is unreachable: {reason} (landed "
                                        "data is kept and loads later)") from None
-        raise StageFailed(f"warehouse {where} failed ({state}): {reason}") from None
+        kind = warehouse_failure(state)
+        raise WarehouseFailed(f"warehouse {where} is {kind} ({state}): {reason}", kind) \
+            from None
     finally:
         engine.dispose()
 
 
 def evaluate_alerts(warehouse_url: str, cluster: str, rules: RuleSet,
                     channels: Mapping[str, Channel], now: datetime | None,
-                    snapshot_every: timedelta, dashboard_url: str, *,
-                    unavailable: Mapping[str, str] | None = None,
-                    missing: Mapping[str, str] | None = None,
-                    rules_error: str | None = None, rules_source: str = "") -> dict[str, Any]:
-    """Evaluates the alert rules over the cluster's newest marts (``groupscope.serve``),
-    keeps the incidents, then sends what they owe, per channel, and the heartbeat. Returns a
-    summary: nothing in it is a secret.
-
-    Evaluations of one cluster are serialised (a session advisory lock), and the time is taken
-    once the lock is held (``now`` None), never before the last evaluation's: overlapping runs
-    never judge back in time. The incidents and what they owe are one transaction; each
-    delivery outcome is then committed on its own, so a failure after channel A sent never
-    undoes A's "sent". Delivery is at least once: a crash between a send and its record
-    leaves it owed, and the receiver drops the repeat by its ``dedup_key``.
-
-    ``unavailable``: channels whose connection cannot be read right now (why): their
-    deliveries are owed and retried. ``missing``: channels whose connection is not defined
-    (why); one of them that delivered anything within ``delivery_max_age`` is taken as
-    unavailable too (Airflow reports a secrets backend that fails as "not defined"), so a
-    lookup that fails at the evaluation where a rule fires loses nothing. ``rules_error``: the
-    rules file is invalid and ``rules`` are the last valid ones (the ``rules_invalid``
-    condition says so)."""
-    from sqlalchemy import text
-
+                    snapshot_every: timedelta, dashboard_url: str, **options: Any
+                    ) -> dict[str, Any]:
+    """``serve.alerting.evaluation.evaluate`` on the warehouse (its options as keywords): the
+    cluster's rules evaluated, the incidents kept, what they owe sent, the heartbeat. A
+    worker clock too far from the warehouse's (``ClockSkew``) is a ``StageFailed``."""
     from groupscope import warehouse
-    from groupscope.serve.alerting import conditions, incidents, notify
+    from groupscope.serve.alerting import evaluation
 
-    unavailable = dict(unavailable or {})
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn:
-        incidents.lock(conn, cluster)
-        conn.commit()
         try:
-            with conn.begin():
-                last = conn.execute(text(
-                    "SELECT max(evaluated_at) FROM ops.alert_incidents WHERE cluster = :c"),
-                    {"c": cluster}).scalar_one()
-                now = max(now or datetime.now(UTC), last or datetime.min.replace(tzinfo=UTC))
-                recent = set(conn.execute(text(
-                    "SELECT DISTINCT d.channel FROM ops.alert_deliveries d JOIN"
-                    " ops.alert_incidents i USING (incident_id) WHERE i.cluster = :c"
-                    " AND d.sent_at > :since"),
-                    {"c": cluster, "since": now - rules.delivery_max_age}).scalars())
-                unavailable.update({name: f"channel {name}: {why} (it was used before: "
-                                    "taken as a lookup failure, retried)"
-                                    for name, why in (missing or {}).items() if name in recent})
-                usable = set(channels) | set(unavailable)
-                current = incidents.open_incidents(conn, cluster)
-                me = conditions.SelfState(rules_error, rules_source,
-                                          tuple(c.name for c in rules.channels))
-                observed = conditions.observe(
-                    conn, cluster, {r.condition for r in rules.rules}, now, snapshot_every,
-                    stale_intervals=_stale_intervals(rules, cluster),
-                    open_groups={i.group_id for i in current if i.group_id}, me=me,
-                    rebalance_window=rules.rebalance_window, holds=rules.exceeded)
-                result = incidents.evaluate(rules, observed, current, now)
-                incidents.save(conn, result.incidents)
-                owed = incidents.owe(conn, result.notices, lambda i: [
-                    c.name for c in rules.channels_for(i.severity, i.labels)
-                    if c.name in usable and not _about_channel(i, c.name)], now)
-            with conn.begin():
-                pending = incidents.undelivered(conn, cluster)
-            outcome = notify.deliver(pending, channels, dashboard_url, _DeliveryLog(conn, now),
-                                     now, rules, unavailable)
-            beats = _heartbeat(conn, rules, channels, cluster, now, dashboard_url)
-            with conn.begin():
-                open_now = incidents.open_incidents(conn, cluster)
-        finally:
-            conn.rollback()
-            incidents.unlock(conn, cluster)
-            conn.commit()
-    summary = {"cluster": cluster, "evaluated_at": now.isoformat(),
-               "observations": len(observed),
-               "unknown": sum(o.unknown is not None for o in observed),
-               "changed": len(result.incidents),
-               "notifications": [f"{n.notification} {n.incident.rule} "
-                                 f"{n.incident.group_id or n.incident.topic or cluster}"
-                                 for n in result.notices],
-               "deliveries_owed": owed, "deliveries": outcome, "heartbeat": beats,
-               "firing": sum(i.state == "firing" for i in open_now),
-               "pending": sum(i.state == "pending" for i in open_now)}
-    for name, error in outcome.items():
-        if not error.startswith(("sent", "backing off", "dropped")):
-            log.warning("alert channel %s: %s", name, error)
-    return summary
-
-
-def _stale_intervals(rules: RuleSet, cluster: str) -> float:
-    """How far behind (snapshot intervals) the analytics may be before group values are
-    unknown: the ``analytics_stale`` rule's threshold for the cluster (none: never)."""
-    import math
-
-    found = [r.effective(cluster, "") for r in rules.rules if r.condition == "analytics_stale"]
-    return min((r.threshold for r in found if r.enabled), default=math.inf)
-
-
-def _about_channel(incident: Any, channel: str) -> bool:
-    """A channel's own failure is not sent to it: the other channels say it."""
-    return bool(incident.details.get("condition") == "channel_failing"
-                and incident.topic == channel)
-
-
-class _DeliveryLog:
-    """``notify.DeliveryLog`` over one connection: each outcome its own transaction."""
-
-    def __init__(self, conn: Any, now: datetime) -> None:
-        self.conn, self.now = conn, now
-
-    def sent(self, items: list[Any]) -> None:
-        from groupscope.serve.alerting import incidents
-
-        with self.conn.begin():
-            incidents.record_delivery(self.conn, items, self.now, None)
-
-    def failed(self, items: list[Any], error: str, retry_at: datetime) -> None:
-        from groupscope.serve.alerting import incidents
-
-        with self.conn.begin():
-            incidents.record_delivery(self.conn, items, self.now, error, retry_at)
-
-    def given_up(self, items: list[Any], why: str) -> None:
-        from groupscope.serve.alerting import incidents
-
-        with self.conn.begin():
-            incidents.give_up(self.conn, items, self.now, why)
-
-    def dropped(self, items: list[Any], why: str) -> None:
-        from groupscope.serve.alerting import incidents
-
-        with self.conn.begin():
-            incidents.drop(self.conn, items, self.now, why)
-
-
-def _heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], cluster: str,
-               now: datetime, dashboard_url: str) -> dict[str, str]:
-    """"groupscope is alive" to the rules' heartbeat channels, at most every ``every``: an
-    outside system that stops hearing it knows groupscope itself is down (Alertmanager's
-    Watchdog). A failed heartbeat is tried again ``retry_initial`` later, never owed."""
-    from sqlalchemy import text
-
-    from groupscope.serve.alerting import incidents, notify
-
-    beat = rules.heartbeat
-    if beat is None:
-        return {}
-    with conn.begin():
-        last = {r.channel: r for r in conn.execute(text(
-            "SELECT channel, sent_at, attempted_at, error FROM ops.alert_heartbeats"
-            " WHERE cluster = :c"), {"c": cluster})}
-        firing = [i for i in incidents.open_incidents(conn, cluster) if i.state == "firing"]
-    outcome: dict[str, str] = {}
-    for name in beat.channels:
-        channel, row = channels.get(name), last.get(name)
-        if channel is None or (row is not None and row.sent_at is not None
-                               and now - row.sent_at < beat.every):
-            continue
-        if row is not None and row.error is not None and row.attempted_at is not None \
-                and now - row.attempted_at < rules.retry_initial:
-            continue  # it failed a moment ago: not at every evaluation
-
-        message = notify.heartbeat(cluster, now, beat.every, firing, dashboard_url)
-        error = notify.send_one(channel, message)
-        with conn.begin():
-            conn.execute(text(
-                "INSERT INTO ops.alert_heartbeats (cluster, channel, sent_at, attempted_at, error)"
-                " VALUES (:c, :ch, :sent, :now, :error) ON CONFLICT (cluster, channel) DO UPDATE"
-                " SET sent_at = coalesce(excluded.sent_at, ops.alert_heartbeats.sent_at),"
-                " attempted_at = excluded.attempted_at, error = excluded.error"),
-                {"c": cluster, "ch": name, "sent": now if error is None else None, "now": now,
-                 "error": error})
-        outcome[name] = "sent" if error is None else error
-    return outcome
+            return evaluation.evaluate(conn, cluster, rules, channels, now, snapshot_every,
+                                       dashboard_url, **options)
+        except evaluation.ClockSkew as exc:
+            raise ClockSkewed(f"alert rules of cluster {cluster!r} not evaluated: {exc}") \
+                from None
 
 
 def alert_rules(warehouse_url: str, path: Path | None, now: datetime) -> Any:
@@ -687,118 +605,69 @@ def alert_rules(warehouse_url: str, path: Path | None, now: datetime) -> Any:
 
 def record_task_run(warehouse_url: str, cluster: str, dag_id: str, task_id: str, state: str,
                     run_id: str, try_number: int | None, at: datetime, reason: str = "") -> None:
-    """Keeps a groupscope task's latest outcome (``ops.task_runs``): a failure is the
-    ``task_failed`` condition's evidence, the task's next success the evidence that clears it.
-    A success of a task that never failed writes nothing."""
-    from sqlalchemy import text
-
+    """Keeps a groupscope task's latest outcome (``serve.alerting.store.record_task_run``)."""
     from groupscope import warehouse
+    from groupscope.serve.alerting import store
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
-        params = {"c": cluster, "d": dag_id, "t": task_id, "s": state, "r": run_id,
-                  "n": try_number, "at": at, "why": reason[:4000]}
-        if state == "success":
-            conn.execute(text(
-                "UPDATE ops.task_runs SET state = 'success', run_id = :r, try_number = :n,"
-                " at = :at, failed_since = NULL, reason = '' WHERE cluster = :c"
-                " AND dag_id = :d AND task_id = :t AND state = 'failed' AND at <= :at"), params)
-            return
-        conn.execute(text(
-            "INSERT INTO ops.task_runs (cluster, dag_id, task_id, state, run_id, try_number, at,"
-            " failed_since, reason) VALUES (:c, :d, :t, 'failed', :r, :n, :at, :at, :why)"
-            " ON CONFLICT (cluster, dag_id, task_id) DO UPDATE SET state = 'failed',"
-            " run_id = excluded.run_id, try_number = excluded.try_number, at = excluded.at,"
-            " reason = excluded.reason, failed_since = CASE WHEN ops.task_runs.state = 'failed'"
-            " THEN ops.task_runs.failed_since ELSE excluded.at END"), params)
+        store.record_task_run(conn, cluster, dag_id, task_id, state, run_id, try_number, at,
+                              reason)
 
 
 def warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
-                     now: datetime, error: str | None) -> dict[str, str]:
-    """What the channels hear about the warehouse itself, which the incidents cannot say (they
-    live there): ``error`` set, the evaluation could not reach it: each channel gets one
-    "[FIRING] ... cannot reach its warehouse" per outage; ``error`` None, it is reachable: the
-    channels that were told get one "[RESOLVED]". The outage's state is a small file per
-    cluster under ``state_dir`` (the alert log's folder), read and written under an exclusive
-    lock, so two tasks evaluating at once (the live DAG's and the alerts DAG's) tell each
-    channel once. Returns the outcome per channel."""
-    import fcntl
+                     now: datetime, error: str | None, kind: str = "unreachable",
+                     deadline: timedelta = timedelta(seconds=30)) -> dict[str, str]:
+    """What every channel hears, straight, when alerts cannot be evaluated
+    (``serve.alerting.evaluation.tell_outage``): once per outage, and once when it ends."""
+    from groupscope.serve.alerting import evaluation
 
-    state_dir.mkdir(parents=True, exist_ok=True)
-    lock_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.lock"
-    with lock_file.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _warehouse_outage(channels, cluster, state_dir, now, error)
+    return evaluation.tell_outage(channels, cluster, state_dir, now, error, kind,
+                                  deadline.total_seconds())
 
 
-def _warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
-                      now: datetime, error: str | None) -> dict[str, str]:
-    import json
+def fallback_rules(rules_path: Path | None) -> RuleSet:
+    """The rules when the warehouse (which keeps the last valid ones) cannot be read: the
+    file's when it is valid, else the built-ins."""
+    from groupscope.serve.alerting.rules import RulesError, builtin_rules, load_rules
 
-    from groupscope.serve.alerting import notify
-
-    state_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.json"
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        state = None
-    if error is None and state is None:
-        return {}
-    state = state or {"since": now.isoformat(), "told": []}
-    message = notify.warehouse_message(cluster, error, datetime.fromisoformat(state["since"]),
-                                       now)
-    outcome: dict[str, str] = {}
-    told = set(state["told"])
-    for name, channel in sorted(channels.items()):
-        if (name in told) == (error is not None):
-            continue  # told of this outage already, or never told of it
-        failure = notify.send_one(channel, message)
-        outcome[name] = "sent" if failure is None else failure
-        if failure is None:
-            (told.add if error is not None else told.discard)(name)
-    if error is None and not told:
-        state_file.unlink(missing_ok=True)
-    else:
-        state["told"] = sorted(told)
-        state_file.write_text(json.dumps(state), encoding="utf-8")
-    return outcome
-
-
-def _file_safe(name: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(name.encode()).hexdigest()[:16]
+        return load_rules(rules_path)
+    except RulesError:
+        return builtin_rules()
 
 
 def alert_cycle(warehouse_url: Callable[[], str], cluster: str, rules_path: Path | None,
                 build_channels: Callable[[RuleSet], Any], snapshot_every: timedelta,
                 dashboard_url: str, outage_dir: Path,
-                now: datetime | None = None) -> dict[str, Any]:
+                now: datetime | None = None,
+                worker_clock: datetime | None = None) -> dict[str, Any]:
     """One evaluation as the alert task runs it: the rules in use (``alert_rules``), their
     channels (``build_channels(rules)``: an object with ``channels``, ``skipped`` and
-    ``unavailable``, as ``serve.airflow_channels.build_channels`` returns), the end of a
-    warehouse outage told, then ``evaluate_alerts``. When the warehouse cannot be reached, every
-    channel is told (once per outage, ``warehouse_outage``) and ``StageFailed`` is raised.
-    ``now`` None: the evaluation takes the time once it holds the cluster's lock."""
-    from groupscope.serve.alerting.rules import RulesError, builtin_rules, load_rules
-
-    started = now or datetime.now(UTC)
+    ``unavailable``, as ``serve.airflow_channels.build_channels`` returns), then
+    ``evaluate_alerts``, then the end of an outage told. When the warehouse fails in any way
+    (unreachable, read-only, disk full, a statement timeout, not migrated, ...) or the worker's
+    clock is off, every channel is told straight (once per outage, ``warehouse_outage``) and
+    ``StageFailed`` is raised. ``now`` None: the warehouse's clock, checked against
+    ``worker_clock`` (default: this process's)."""
+    worker_clock = worker_clock or datetime.now(UTC)
+    started = now or worker_clock
     try:
         url = warehouse_url()
         in_use = alert_rules(url, rules_path, started)
         built = build_channels(in_use.rules)
-        warehouse_outage(built.channels, cluster, outage_dir, started, None)
         for name, why in sorted(built.skipped.items()):
-            log.info("alert channel %s is not used: %s", name, why)
-        return evaluate_alerts(url, cluster, in_use.rules, built.channels, now, snapshot_every,
-                               dashboard_url, unavailable=built.unavailable,
-                               missing=built.skipped, rules_error=in_use.error,
-                               rules_source=in_use.source)
-    except WarehouseUnreachable as exc:
-        try:
-            rules = load_rules(rules_path)
-        except RulesError:
-            rules = builtin_rules()
+            log.warning("alert channel %s has no connection: %s", name, why)
+        summary = evaluate_alerts(url, cluster, in_use.rules, built.channels, now,
+                                  snapshot_every, dashboard_url, worker_clock=worker_clock,
+                                  unavailable=built.unavailable, missing=built.skipped,
+                                  rules_error=in_use.error, rules_source=in_use.source)
+        warehouse_outage(built.channels, cluster, outage_dir, started, None,
+                         deadline=in_use.rules.delivery_deadline)
+        return summary
+    except (WarehouseFailed, ClockSkewed) as exc:
+        rules = fallback_rules(rules_path)
         told = warehouse_outage(build_channels(rules).channels, cluster, outage_dir, started,
-                                str(exc))
-        log.error("the warehouse cannot be reached; channels told: %s", told or "already")
+                                str(exc), exc.kind, rules.delivery_deadline)
+        log.error("alerts cannot be evaluated (%s); channels told: %s", exc.kind,
+                  told or "already")
         raise

@@ -303,7 +303,7 @@ def test_the_warehouse_down_two_minutes_loses_nothing_and_says_so(
     assert got["webhook"] == [
         f"[FIRING] cluster {stack.cluster}: groupscope cannot reach its warehouse (since "
         "09:00:30Z): " + got["webhook"][0].split("): ", 1)[1],
-        f"[RESOLVED] cluster {stack.cluster}: groupscope reaches its warehouse again, after "
+        f"[RESOLVED] cluster {stack.cluster}: groupscope evaluates its alert rules again, after "
         "2 m 10 s. Alert evaluation and delivery resume; what the incidents owe is sent now.",
         f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
     assert [s.split(":")[0] for s in got["email"]] == [

@@ -4,6 +4,7 @@ the warehouse store and real channels are in tests/integration/test_alerting.py)
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +22,7 @@ from groupscope.serve.alerting.incidents import (
     Undelivered,
     evaluate,
 )
-from groupscope.serve.alerting.notify import _tag, deliver, duration, messages
+from groupscope.serve.alerting.notify import _tag, deliver, duration, messages, reached_a_channel
 from groupscope.serve.alerting.rules import load_rules
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
@@ -194,6 +195,10 @@ class Log:
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, str, str | None]] = []  # channel, notification, state
+        self.attempts: list[tuple[str, str]] = []  # channel, notification: counted beforehand
+
+    def attempting(self, items: list[Undelivered], retry_at: datetime) -> None:
+        self.attempts += [(i.channel, i.notification) for i in items]
 
     def sent(self, items: list[Undelivered]) -> None:
         self.rows += [(i.channel, i.notification, "sent", None) for i in items]
@@ -248,6 +253,51 @@ def test_a_failing_channel_does_not_hold_up_the_others(tmp_path: Path) -> None:
         [("webhook", "sent")] * 2 + [("email", "sent")] * 2 + [("slack", "failed")] * 2)
     # First failure: retried after the policy's initial 30 s.
     assert log.retry_at == T0 + timedelta(seconds=30)
+
+
+class Stalls:
+    """A channel whose send never returns in time (a receiver that drips its answer)."""
+
+    name = "webhook"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def send(self, message: Message) -> None:
+        self.release.wait(30)
+
+
+def test_a_channel_that_stalls_fails_at_the_deadline_and_holds_up_no_other(
+        tmp_path: Path) -> None:
+    sent: list[tuple[str, Message]] = []
+    log = Log()
+    stalls = Stalls()
+    owed = [Undelivered(u.incident, u.notification, channel, 0, T0)
+            for u in _owed("firing", "a", "b") for channel in ("webhook", "email")]
+    try:
+        outcome = deliver(owed, {"webhook": stalls, "email": Good("email", sent)}, "http://g",
+                          log, T0, delivery_rules(tmp_path, "delivery_deadline: 1s\n"))
+    finally:
+        stalls.release.set()
+    assert [name for name, _ in sent] == ["email"]
+    assert outcome["email"] == "sent 2"
+    assert "did not finish within" in outcome["webhook"]
+    assert sorted((c, state) for c, _, state, _ in log.rows) == sorted(
+        [("email", "sent")] * 2 + [("webhook", "failed")] * 2)
+    # Every attempt was kept before anything was sent: a kill mid-send leaves it failed.
+    assert sorted(log.attempts) == sorted((c, "firing") for c in ("webhook", "email")
+                                          for _ in range(2))
+    assert log.retry_at == T0 + timedelta(seconds=30)
+
+
+def test_the_heartbeat_is_withheld_when_nothing_owed_got_through() -> None:
+    owed = [Undelivered(u.incident, u.notification, "webhook", 0, T0)
+            for u in _owed("firing", "a")]
+    assert reached_a_channel({}, [])
+    assert reached_a_channel({"webhook": "sent 1", "email": "HTTP 500"}, owed)
+    assert not reached_a_channel({"webhook": "channel webhook: refused"}, owed)
+    assert not reached_a_channel({"webhook": "backing off until 12:00:30Z"}, owed)
+    assert not reached_a_channel({"webhook": "sent 0; 1 held behind an older episode"}, owed)
 
 
 def test_a_channel_in_backoff_is_not_tried_and_a_new_resolved_does_not_overtake(
@@ -482,7 +532,7 @@ def test_an_unknown_value_is_stored_as_null_never_nan(tmp_path: Path) -> None:
     """PostgreSQL's jsonb refuses NaN: one such row would fail every evaluation after it."""
     import json
 
-    from groupscope.serve.alerting.incidents import _row
+    from groupscope.serve.alerting.store import _row
 
     run = Run(on_unknown_rules(tmp_path, "ok"))
     run.at(0, err("payments", 12))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -228,6 +228,9 @@ class SelfState:
     rules_error: str | None = None
     rules_source: str = ""
     channels: tuple[str, ...] = ()
+    # The channels whose connection is not defined, and why: failing from the first
+    # notification they miss (a typo in a connection id is no blip to ride out).
+    missing: Mapping[str, str] = field(default_factory=dict)
 
 
 def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
@@ -564,9 +567,12 @@ def _channel_observations(conn: Any, cluster: str, now: datetime,
             observations.append(Observation("channel_failing", cluster, "", 0.0,
                                             {"channel": channel}, topic=channel))
             continue
+        failing_s = max((now - row.failing_since).total_seconds(), 0.0)
+        no_connection = me.missing.get(channel)
         observations.append(Observation(
-            "channel_failing", cluster, "", max((now - row.failing_since).total_seconds(), 0.0),
+            "channel_failing", cluster, "", math.inf if no_connection else failing_s,
             {"channel": channel, "failing_since": _iso(row.failing_since),
+             "no_connection": no_connection,
              "undelivered": int(row.undelivered), "given_up": int(row.given_up),
              "last_error": row.last_error, "last_sent": _iso(row.last_sent)}, topic=channel))
     return observations

@@ -1,6 +1,5 @@
 """Alert incidents: the lifecycle (a pure function of the rules, the observed values, the open
-incidents and the time) and their store in the warehouse (``ops.alert_incidents``,
-``ops.alert_deliveries``).
+incidents and the time); ``groupscope.serve.alerting.store`` keeps them in the warehouse.
 
 Lifecycle of one fingerprint (rule, cluster, group, topic):
 
@@ -31,14 +30,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-
-from groupscope.serve.alerting.conditions import Observation
+from groupscope.serve.alerting.conditions import Observation, unknown
 from groupscope.serve.alerting.rules import RuleSet, breached
 
 PENDING, FIRING, RESOLVED = "pending", "firing", "resolved"
@@ -92,9 +89,13 @@ def _incident_id(fp: str, started_at: datetime) -> str:
 
 
 def evaluate(rules: RuleSet, observations: Iterable[Observation],
-             open_incidents: Iterable[Incident], now: datetime) -> Evaluation:
+             open_incidents: Iterable[Incident], now: datetime,
+             rules_error: str | None = None) -> Evaluation:
     """One evaluation step (see the module doc). ``open_incidents``: the pending and firing
-    incidents of the subjects observed (one cluster)."""
+    incidents of the subjects observed (one cluster). ``rules_error``: the rules file is
+    invalid and ``rules`` are a fallback (the last valid ones, or the built-ins): an open
+    incident of a rule they do not hold is then unknown, not resolved (nobody removed the
+    rule; the file that holds it cannot be read)."""
     by_condition: dict[str, list[Any]] = {}
     for rule in rules.rules:
         by_condition.setdefault(rule.condition, []).append(rule)
@@ -123,12 +124,18 @@ def evaluate(rules: RuleSet, observations: Iterable[Observation],
 
     # Open incidents nobody observed this time (a deleted group, a rule removed from the
     # file): their condition no longer holds.
+    loaded = {r.name for r in rules.rules}
     for fp, incident in current.items():
         if fp in seen:
             continue
-        updated, notice = _clear(incident, now, rules, keep_firing=incident.rule in {
-            r.name for r in rules.rules})
-        if updated != incident:
+        if rules_error is not None and incident.rule not in loaded:
+            updated, notice = _unknown(incident, unknown(
+                incident.details.get("condition", ""), incident.cluster, incident.group_id,
+                f"the rule {incident.rule} that raised it is not loaded: the rules file is "
+                f"invalid ({rules_error})"), now, rules)
+        else:
+            updated, notice = _clear(incident, now, rules, keep_firing=incident.rule in loaded)
+        if updated is not None and updated != incident:
             changed.append(updated)
         if notice is not None:
             notices.append(notice)
@@ -286,116 +293,6 @@ def _details(obs: Observation, incident: Incident | None = None) -> dict[str, An
     return {**obs.details, "condition": obs.condition, **held, **why}
 
 
-# --- the store --------------------------------------------------------------------------------
-
-_COLUMNS = ("incident_id", "fingerprint", "rule", "severity", "cluster", "group_id", "topic",
-            "state", "started_at", "firing_at", "last_seen_at", "evaluated_at", "resolved_at",
-            "value", "threshold", "details", "labels", "runbook", "notifications",
-            "last_notified_at")
-
-
-def prune(conn: Any, resolved_before: datetime) -> int:
-    """Deletes the incidents resolved before ``resolved_before`` that owe nothing any more
-    (every delivery sent, given up or dropped) and whose deliveries were all created and
-    last tried before it too, with their deliveries; returns how many. The evaluation reads
-    every delivery of a cluster: kept forever, they would slow it down.
-
-    Never an open incident (pending, firing: the lifecycle's state), nor one still owed or
-    tried since (a channel's last success and its give-ups are what ``channel_failing`` and
-    the recently-used channels are judged on)."""
-    result = conn.execute(text(
-        "DELETE FROM ops.alert_incidents i WHERE i.state = 'resolved' "
-        "AND i.resolved_at < :before AND NOT EXISTS (SELECT 1 FROM ops.alert_deliveries d "
-        "WHERE d.incident_id = i.incident_id AND (d.state IN ('pending', 'failed') "
-        "OR greatest(d.created_at, d.sent_at, d.last_attempt_at) >= :before))"),
-        {"before": resolved_before})
-    return int(result.rowcount or 0)
-
-
-def lock(conn: Any, cluster: str) -> None:
-    """Serialises evaluations of one cluster, for the connection's session (``unlock``, or
-    the session's end, releases it): an evaluation commits its deliveries one by one while it
-    holds it."""
-    conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"),
-                 {"key": f"groupscope-alerts:{cluster}"})
-
-
-def unlock(conn: Any, cluster: str) -> None:
-    conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"),
-                 {"key": f"groupscope-alerts:{cluster}"})
-
-
-def open_incidents(conn: Any, cluster: str | None = None) -> list[Incident]:
-    query = f"SELECT {', '.join(_COLUMNS)} FROM ops.alert_incidents WHERE state <> 'resolved'"
-    params: dict[str, Any] = {}
-    if cluster is not None:
-        query += " AND cluster = :cluster"
-        params["cluster"] = cluster
-    rows = conn.execute(text(query + " ORDER BY started_at"), params).mappings().all()
-    return [Incident(**dict(row)) for row in rows]
-
-
-def incidents_since(conn: Any, since: datetime, cluster: str | None = None) -> list[Incident]:
-    """The incidents that fired since ``since``, or were still open then, oldest first
-    (pending ones that never fired are left out): what a summary of a period reports."""
-    query = (f"SELECT {', '.join(_COLUMNS)} FROM ops.alert_incidents "
-             "WHERE firing_at IS NOT NULL AND (resolved_at IS NULL OR resolved_at >= :since)")
-    params: dict[str, Any] = {"since": since}
-    if cluster is not None:
-        query += " AND cluster = :cluster"
-        params["cluster"] = cluster
-    rows = conn.execute(text(query + " ORDER BY firing_at, incident_id"), params).mappings()
-    return [Incident(**dict(row)) for row in rows.all()]
-
-
-def save(conn: Any, incidents: Sequence[Incident]) -> None:
-    if not incidents:
-        return
-    columns = ", ".join(_COLUMNS)
-    values = ", ".join(f"CAST(:{c} AS jsonb)" if c in ("details", "labels") else f":{c}"
-                       for c in _COLUMNS)
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS if c != "incident_id")
-    statement = text(f"INSERT INTO ops.alert_incidents ({columns}) VALUES ({values}) "
-                     f"ON CONFLICT (incident_id) DO UPDATE SET {updates}")
-    conn.execute(statement, [_row(i) for i in incidents])
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN (an unknown value) as null: PostgreSQL's jsonb refuses NaN, and one refused row
-    would fail every evaluation of the cluster."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _row(incident: Incident) -> dict[str, Any]:
-    row = {c: getattr(incident, c) for c in _COLUMNS}
-    row["details"] = json.dumps(_json_safe(incident.details), ensure_ascii=False, default=str,
-                                allow_nan=False)
-    row["labels"] = json.dumps(dict(incident.labels), ensure_ascii=False)
-    return row
-
-
-def owe(conn: Any, notices: Iterable[Notice], channels_for: Any, now: datetime) -> int:
-    """Records the deliveries the notices owe: one per routed channel. ``channels_for``:
-    incident -> channel names. Returns how many rows were added (an existing one is kept:
-    a rerun owes nothing new)."""
-    rows = [{"incident_id": n.incident.incident_id, "notification": n.notification,
-             "channel": channel, "created_at": now}
-            for n in notices for channel in channels_for(n.incident)]
-    if not rows:
-        return 0
-    result = conn.execute(text(
-        "INSERT INTO ops.alert_deliveries (incident_id, notification, channel, state, "
-        "created_at) VALUES (:incident_id, :notification, :channel, 'pending', :created_at) "
-        "ON CONFLICT DO NOTHING"), rows)
-    return int(result.rowcount or 0)
-
-
 @dataclass(frozen=True)
 class Undelivered:
     incident: Incident
@@ -410,73 +307,3 @@ class Undelivered:
     def dedup_key(self) -> str:
         """Stable across retries: a receiver that got it once can drop a repeat."""
         return f"{self.incident.incident_id}:{self.notification}"
-
-
-def undelivered(conn: Any, cluster: str) -> list[Undelivered]:
-    """The deliveries still owed (never tried, or failed and to be retried), oldest first."""
-    columns = ", ".join(f"i.{c}" for c in _COLUMNS)
-    rows = conn.execute(text(
-        f"SELECT {columns}, d.notification, d.channel, d.attempts, d.created_at AS owed_at, "
-        "d.next_attempt_at, d.error "
-        "FROM ops.alert_deliveries d JOIN ops.alert_incidents i USING (incident_id) "
-        "WHERE d.state IN ('pending', 'failed') AND i.cluster = :cluster "
-        "ORDER BY d.created_at, i.group_id, d.notification"), {"cluster": cluster}).mappings()
-    result = []
-    for row in rows:
-        values = dict(row)
-        extra = {k: values.pop(k) for k in ("notification", "channel", "attempts", "owed_at",
-                                             "next_attempt_at", "error")}
-        result.append(Undelivered(Incident(**values), extra["notification"], extra["channel"],
-                                  extra["attempts"], extra["owed_at"],
-                                  extra["next_attempt_at"], extra["error"]))
-    return result
-
-
-def record_delivery(conn: Any, items: Iterable[Undelivered], now: datetime,
-                    error: str | None, next_attempt_at: datetime | None = None) -> None:
-    """The outcome of one send of ``items`` (one channel): sent, or failed with ``error`` and
-    retried from ``next_attempt_at``."""
-    _set_state(conn, items, now, error, "CASE WHEN CAST(:error AS text) IS NULL THEN 'sent' "
-               "ELSE 'failed' END", attempted=True, next_attempt_at=next_attempt_at)
-
-
-def give_up(conn: Any, items: Iterable[Undelivered], now: datetime, why: str) -> None:
-    """Deliveries past their maximum age: no longer retried (the channel's failure is an
-    incident of its own, ``channel_failing``)."""
-    _set_state(conn, items, now, why, "'given_up'", attempted=False)
-
-
-def drop(conn: Any, items: Iterable[Undelivered], now: datetime, why: str) -> None:
-    """Deliveries to a channel no longer in the rules: never retried."""
-    _set_state(conn, items, now, why, "'dropped'", attempted=False)
-
-
-def _set_state(conn: Any, items: Iterable[Undelivered], now: datetime, error: str | None,
-               state_sql: str, attempted: bool,
-               next_attempt_at: datetime | None = None) -> None:
-    rows = [{"incident_id": u.incident.incident_id, "notification": u.notification,
-             "channel": u.channel, "now": now, "error": error, "next": next_attempt_at}
-            for u in items]
-    if not rows:
-        return
-    attempt = "attempts = attempts + 1, last_attempt_at = :now, " if attempted else ""
-    conn.execute(text(
-        f"UPDATE ops.alert_deliveries SET {attempt}state = {state_sql}, "
-        "sent_at = CASE WHEN CAST(:error AS text) IS NULL THEN CAST(:now AS timestamptz) END, "
-        "next_attempt_at = :next, "
-        "error = :error WHERE incident_id = :incident_id AND notification = :notification "
-        "AND channel = :channel"), rows)
-
-
-def deliveries(conn: Any, incident_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Each incident's delivery state per channel (for ``groupscope alerts list``)."""
-    if not incident_ids:
-        return {}
-    rows = conn.execute(text(
-        "SELECT incident_id, notification, channel, state, attempts, sent_at, error "
-        "FROM ops.alert_deliveries WHERE incident_id = ANY(:ids) "
-        "ORDER BY created_at, channel"), {"ids": list(incident_ids)}).mappings()
-    result: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        result.setdefault(row["incident_id"], []).append(dict(row))
-    return result

@@ -280,6 +280,12 @@ def detail_lines(incident: Incident) -> list[str]:
                 f", try {d.get('try_number')}, at {_clock(d.get('at'))}"
                 + (f"; failing since {_clock(since)}" if since and since != d.get("at") else "")
                 + f"): {_first_line_of(d.get('reason'))}"]
+    if condition == "channel_failing" and d.get("no_connection"):
+        return [f"Alert channel {d.get('channel')} has no connection ({d['no_connection']}): "
+                f"{_count(d.get('undelivered'))} notification(s) routed to it since "
+                f"{_clock(d.get('failing_since'))} reached nobody there; they stay owed to it.",
+                "Create the connection (groupscope alerts check-rules lists each channel's); "
+                "this notice goes through the other channels."]
     if condition == "channel_failing":
         return [f"Alert channel {d.get('channel')} has failed every delivery since "
                 f"{_clock(d.get('failing_since'))} ({_count(d.get('undelivered'))} notification(s) "
@@ -328,7 +334,8 @@ def incident_fields(incident: Incident, notification: str, dashboard: str) -> di
         "state": incident.state, "rule": incident.rule, "severity": incident.severity,
         "cluster": incident.cluster, "group": incident.group_id or None,
         "topic": incident.topic or None,
-        "value": None if math.isnan(incident.value) else incident.value,  # unknown: null
+        # unknown: null; infinite (a channel without a connection) too: JSON has no infinity
+        "value": incident.value if math.isfinite(incident.value) else None,
         "threshold": incident.threshold, "since": incident.started_at.isoformat(),
         "firing_since": incident.firing_at.isoformat() if incident.firing_at else None,
         "resolved_at": incident.resolved_at.isoformat() if incident.resolved_at else None,
@@ -487,7 +494,10 @@ def _importance(item: Undelivered) -> tuple[int, str]:
 
 class DeliveryLog(Protocol):
     """Where delivery outcomes are kept (``ops.alert_deliveries``); each call is committed on
-    its own, so an outcome is never lost or undone by a later failure."""
+    its own, so an outcome is never lost or undone by a later failure. ``attempting`` is
+    called before a send: the attempt is kept as failed until its outcome replaces it."""
+
+    def attempting(self, items: list[Undelivered], retry_at: datetime) -> None: ...
 
     def sent(self, items: list[Undelivered]) -> None: ...
 
@@ -498,15 +508,33 @@ class DeliveryLog(Protocol):
     def dropped(self, items: list[Undelivered], why: str) -> None: ...
 
 
+# The total time a channel is given for what it sends at once (connect, write, every read, a
+# provider's own retries; each channel also bounds its own send, see channels.py) when no rules
+# say otherwise (``RuleSet.delivery_deadline``, which ``deliver`` takes): the channels send at
+# the same time, each in a thread of its own, so a channel that stalls costs this much once and
+# holds up no other channel; it then fails like a refusal.
+CHANNEL_DEADLINE_S = 30.0
+
+
 def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashboard: str,
             log_to: DeliveryLog, now: datetime, rules: RuleSet,
-            unavailable: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Sends what is owed, channel by channel, and keeps each outcome (``log_to``). Returns the
-    outcome per channel ("sent N", "backing off until ...", or the error).
+            unavailable: Mapping[str, str] | None = None, keep_unknown: bool = False
+            ) -> dict[str, str]:
+    """Sends what is owed, every channel at once and each apart (``send_apart``), and keeps
+    each outcome (``log_to``). Returns the outcome per channel ("sent N", "backing off until
+    ...", or the error).
 
-    - What is owed to a channel the rules no longer name is dropped, never retried.
+    - What is owed to a channel the rules no longer name is dropped, never retried; with
+      ``keep_unknown`` (the rules in use are a fallback for an invalid file, which may name
+      it) it stays owed, untouched.
     - ``unavailable``: configured channels whose connection cannot be read right now (why):
-      their deliveries fail and are retried, like a channel that refused.
+      their deliveries fail and are retried, like a channel that refused. A routed channel
+      without any connection fails the same way (its failure is ``channel_failing``).
+    - Every attempt is counted and kept as a failure before anything is sent: if the
+      evaluation is killed while a channel stalls, that channel is in backoff at the next
+      evaluation and the others do not wait behind it.
+    - A channel that has not finished within ``rules.delivery_deadline`` fails like a
+      refusal.
     - A channel that failed waits until the retry time of its latest failure before it is tried
       again, all its owed notifications with it (so a new RESOLVED never overtakes an older
       FIRING in backoff): after its N-th failure in a row it waits ``rules.retry_delay(N)``;
@@ -523,7 +551,13 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
     for item in owed:
         per_channel.setdefault(item.channel, []).append(item)
     outcome: dict[str, str] = {}
+    held_notes: dict[str, str] = {}
+    due: dict[str, list[tuple[Message, list[Undelivered], datetime]]] = {}
     for name, items in per_channel.items():
+        if name not in known and keep_unknown:
+            outcome[name] = (f"kept {len(items)}: the channel is not in the rules in use (the "
+                             "rules file is invalid)")
+            continue
         if name not in known:
             log_to.dropped(items, f"channel {name} is no longer in the rules; not retried")
             outcome[name] = f"dropped {len(items)} (no longer in the rules)"
@@ -537,34 +571,94 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
             gone = {(i.incident.incident_id, i.notification) for i in expired}
             items = [i for i in items if (i.incident.incident_id, i.notification) not in gone]
         items, held = _oldest_episodes(items)
+        if held:
+            held_notes[name] = (f"; {len(held)} held behind an older episode of the same rule "
+                                "and subject")
         waiting: datetime | None = max(
             (i.next_attempt_at for i in items if i.next_attempt_at is not None), default=None)
         if waiting is not None and waiting > now:
             outcome[name] = f"backing off until {_clock(waiting.isoformat())}"
             continue
-        channel = channels.get(name)
-        batches = messages(items, dashboard)
-        sent, error = 0, unavailable.get(name)
-        if channel is None and error is None:
+        if not items:
+            if expired or held:
+                outcome[name] = "sent 0" + held_notes.get(name, "")
+            continue
+        planned = []
+        for message, batch in messages(items, dashboard):
+            retry_at = now + rules.retry_delay(max((i.attempts for i in batch), default=0) + 1)
+            log_to.attempting(batch, retry_at)
+            planned.append((message, batch, retry_at))
+        due[name] = planned
+    sendable = {name: (channels[name], [m for m, _, _ in planned])
+                for name, planned in due.items()
+                if name not in unavailable and name in channels}
+    deadline_s = rules.delivery_deadline.total_seconds()
+    results = send_apart(sendable, deadline_s)
+    for name, planned in due.items():
+        error = unavailable.get(name)
+        if error is None and name not in channels:
             error = f"channel {name} has no connection; kept for later"
-        for message, batch in batches:
-            if error is None and channel is not None:
-                error = send_one(channel, message)
+        done = results.get(name, [])
+        sent = 0
+        for index, (_, batch, retry_at) in enumerate(planned):
+            if error is None and index < len(done):
+                error = done[index]
+            elif error is None:
+                error = (f"channel {name} did not finish within {duration(deadline_s)} (it "
+                         "stalls); retried with backoff")
             if error is None:
                 log_to.sent(batch)
                 sent += len(batch)
-                continue
-            attempts = max((i.attempts for i in batch), default=0) + 1
-            log_to.failed(batch, error, now + rules.retry_delay(attempts))
+            else:
+                log_to.failed(batch, error, retry_at)
+        held_note = held_notes.get(name, "")
         if error is not None:
             log.warning("alert delivery to %s failed, retried with backoff: %s", name, error)
-            outcome[name] = error
-        elif items or expired:
-            outcome[name] = f"sent {sent}"
-        if held:
-            outcome[name] = (f"{outcome.get(name, 'sent 0')}; {len(held)} held behind an older "
-                             "episode of the same rule and subject")
+            outcome[name] = error + held_note
+        else:
+            outcome[name] = f"sent {sent}{held_note}"
     return outcome
+
+
+def reached_a_channel(outcome: Mapping[str, str], owed: Sequence[Undelivered]) -> bool:
+    """Whether what an evaluation owed got through: nothing was owed, or at least one channel
+    delivered something (``deliver``'s outcome "sent N", N > 0). The heartbeat goes out only
+    then: a groupscope whose notifications reach nobody must not say it is alive."""
+    if not owed:
+        return True
+    return any(re.match(r"sent [1-9]", text) for text in outcome.values())
+
+
+def send_apart(jobs: Mapping[str, tuple[Channel, Sequence[Message]]],
+               deadline_s: float = CHANNEL_DEADLINE_S) -> dict[str, list[str | None]]:
+    """Sends each channel's messages in order, every channel in a thread of its own, and waits
+    at most ``deadline_s`` for all of them. Returns, per channel, the outcome of each message
+    it finished (``send_one``: None sent, else the error), stopping after its first failure;
+    a channel still sending at the deadline has fewer outcomes than messages. Its thread is
+    left to end on its own (a daemon, so it never keeps the process alive): at worst a message
+    sent after the deadline is sent again later, which the receiver drops by its
+    ``dedup_key``."""
+    import threading
+    import time
+
+    results: dict[str, list[str | None]] = {name: [] for name in jobs}
+
+    def run(name: str, channel: Channel, batch: Sequence[Message]) -> None:
+        for message in batch:
+            error = send_one(channel, message)
+            results[name].append(error)
+            if error is not None:
+                return
+
+    threads = [threading.Thread(target=run, args=(name, channel, batch), daemon=True,
+                                name=f"groupscope-send-{name}")
+               for name, (channel, batch) in jobs.items()]
+    for thread in threads:
+        thread.start()
+    until = time.monotonic() + deadline_s
+    for thread in threads:
+        thread.join(max(0.0, until - time.monotonic()))
+    return {name: list(outcomes) for name, outcomes in results.items()}
 
 
 def _oldest_episodes(items: list[Undelivered]) -> tuple[list[Undelivered], list[Undelivered]]:
@@ -621,25 +715,36 @@ def heartbeat(cluster: str, now: datetime, every: timedelta, firing: Sequence[In
                    "heartbeat")
 
 
-def warehouse_message(cluster: str, error: str | None, since: datetime,
-                      now: datetime) -> Message:
-    """groupscope's own notice that it cannot reach its warehouse (``error``), or that it can
-    again (``error`` None). It is sent straight to every channel: the incidents and their
-    deliveries live in the warehouse."""
+def warehouse_message(cluster: str, error: str | None, since: datetime, now: datetime,
+                      kind: str = "unreachable") -> Message:
+    """groupscope's own notice that it cannot evaluate the alert rules (``error``; ``kind``:
+    how its warehouse fails, "unreachable", "read-only", "disk full", ..., or "clock skew"),
+    or that it can again (``error`` None). It is sent straight to every channel: the
+    incidents and their deliveries live in the warehouse."""
     key = f"warehouse:{cluster}:{since.isoformat()}"
     if error is not None:
-        text = (f"[FIRING] cluster {cluster}: groupscope cannot reach its warehouse (since "
+        if kind == "clock skew":
+            what, title = "cannot evaluate its alert rules", "worker CLOCK SKEW"
+            check = ("Fix the time sync (NTP) of the Airflow worker named in the error; no "
+                     "rule is evaluated and nothing is deleted there until then.")
+        else:
+            what = ("cannot reach its warehouse" if kind == "unreachable"
+                    else f"cannot use its warehouse: it is {kind}")
+            title = f"warehouse {kind.upper()}"
+            check = ("Check the PostgreSQL server (a failover to a read-only replica, its disk, "
+                     "its statement timeout, a migration not applied: groupscope warehouse "
+                     "migrate) and the groupscope_warehouse connection.")
+        text = (f"[FIRING] cluster {cluster}: groupscope {what} (since "
                 f"{_clock(since.isoformat())}): {error}.\n"
                 "No alert rule can be evaluated and no incident delivered until it is back; "
-                "snapshots keep landing and load once it is. Check the PostgreSQL server and "
-                "the groupscope_warehouse connection.")
-        return Message(f"[FIRING] groupscope critical: cluster {cluster}: warehouse "
-                       "UNREACHABLE", text, [{"cluster": cluster, "dedup_key": f"{key}:firing",
-                                              "since": since.isoformat()}], "firing")
+                f"snapshots keep landing and load once it is. {check}")
+        return Message(f"[FIRING] groupscope critical: cluster {cluster}: {title}", text,
+                       [{"cluster": cluster, "dedup_key": f"{key}:firing", "kind": kind,
+                         "since": since.isoformat()}], "firing")
     lasted = duration((now - since).total_seconds())
-    text = (f"[RESOLVED] cluster {cluster}: groupscope reaches its warehouse again, after "
+    text = (f"[RESOLVED] cluster {cluster}: groupscope evaluates its alert rules again, after "
             f"{lasted}. Alert evaluation and delivery resume; what the incidents owe is sent "
             "now.")
-    return Message(f"[RESOLVED] groupscope critical: cluster {cluster}: warehouse reachable "
+    return Message(f"[RESOLVED] groupscope critical: cluster {cluster}: warehouse usable "
                    "again", text, [{"cluster": cluster, "dedup_key": f"{key}:resolved",
                                     "since": since.isoformat()}], "resolved")

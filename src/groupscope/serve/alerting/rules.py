@@ -13,7 +13,8 @@ cannot be computed); its ``on_unknown`` says what that means, as Grafana's NoDat
 The rule set also says how alerting keeps from failing silently: a subject whose value stays
 unknown for ``unknown_notice_after`` while its incident is open gets a notice of its own; a
 failing channel is retried after ``retry_initial * 2 ** (attempts - 1)``, at most
-``retry_max`` (``RuleSet.retry_delay``), and a notification still undelivered after
+``retry_max`` (``RuleSet.retry_delay``); each channel sends apart, within
+``delivery_deadline`` per evaluation; a notification still undelivered after
 ``delivery_max_age`` is given up; ``heartbeat`` (off by default) sends "groupscope is alive"
 to its ``channels`` ``every`` so long. groupscope watches itself with cluster conditions of its
 own (``SELF_CONDITIONS``): analytics behind the snapshots, a failed task, a failing channel, an
@@ -390,6 +391,10 @@ class RuleSet(_Strict):
     delivery_max_age: Duration = timedelta(hours=4)
     retry_initial: Duration = timedelta(seconds=30)
     retry_max: Duration = timedelta(minutes=15)
+    # The total time each channel is given for all it sends in one evaluation (the channels
+    # send at once, each apart): one that has not finished by then fails like a refusal. Well
+    # inside the alert task's 2-minute timeout, with the heartbeat's own send after it.
+    delivery_deadline: Duration = timedelta(seconds=30)
     heartbeat: Heartbeat | None = None
     # The sliding window rebalances_per_hour counts over, scaled to an hour: an hour, except
     # to compress time in a test (or to look at a storm through a shorter lens).
@@ -400,6 +405,14 @@ class RuleSet(_Strict):
     def _rebalance_window(cls, value: timedelta) -> timedelta:
         if not timedelta(seconds=10) <= value <= timedelta(days=1):
             raise ValueError(f"must be from 10s to 1d, not {_seconds(value)}")
+        return value
+
+    @field_validator("delivery_deadline")
+    @classmethod
+    def _delivery_deadline(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(seconds=45):
+            raise ValueError(f"must be from 1s to 45s, not {_seconds(value)}: the alert task "
+                             "has 2 minutes for the evaluation, the delivery and the heartbeat")
         return value
 
     @field_validator("retry_initial")
@@ -592,7 +605,7 @@ def builtin_rules() -> RuleSet:
 # The rule set's own keys: a file that gives one replaces the built-in value.
 _RULESET_KEYS = ("channels", "routes", "repeat_interval", "keep_firing_for",
                  "unknown_notice_after", "delivery_max_age", "retry_initial", "retry_max",
-                 "heartbeat", "rebalance_window")
+                 "delivery_deadline", "heartbeat", "rebalance_window")
 
 
 def rules_source(path: Path) -> str:
