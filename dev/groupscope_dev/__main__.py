@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ SECURE_USER = "groupscope"
 DEFAULT_SPARK_MASTER_PORT = 7077  # a standalone master's own default
 # The master's web UI (Spark's default, 8080, is Airflow's); the worker's is the next port.
 DEFAULT_SPARK_WEBUI_PORT = 8090
+# ./run's heartbeat: the shortest the rules allow, so that a stop is seen within minutes.
+HEARTBEAT_EVERY = timedelta(minutes=1)
 
 
 def say(message: str) -> None:
@@ -318,6 +320,11 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
         warehouse_connection,
     )
     from groupscope_dev.demo import Demo, demo_rules
+    from groupscope_dev.heartbeatcatcher import (
+        DEADMAN_CHANNEL,
+        HeartbeatCatcher,
+        heartbeat_rules,
+    )
     from groupscope_dev.mailcatcher import MailCatcher
     from groupscope_dev.ports import free_ports
     from groupscope_dev.webhookcatcher import WebhookCatcher
@@ -371,9 +378,10 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             landing = stack.state_dir / "landing"
             alert_log = stack.state_dir / "alerts.jsonl"
             # The e-mail channel's SMTP server: each mail lands in <state>/mail, .eml and .txt;
-            # the webhook catcher's log in <state>/webhook. Both are this run's alone (they
-            # stay after it, to be read).
-            for folder in (mail_folder, stack.state_dir / "webhook"):
+            # the webhook catcher's log in <state>/webhook, the heartbeat's in
+            # <state>/heartbeat. Each is this run's alone (they stay after it, to be read).
+            for folder in (mail_folder, stack.state_dir / "webhook",
+                           stack.state_dir / "heartbeat"):
                 shutil.rmtree(folder, ignore_errors=True)
             mail = MailCatcher(mail_folder)
             mail.start()
@@ -394,10 +402,22 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                                     else catcher.url)
             if os.environ.get("AIRFLOW_CONN_GROUPSCOPE_SLACK"):
                 where["slack"] = "(the groupscope_slack connection's channel)"
-            if demo is not None and not os.environ.get("GROUPSCOPE_ALERT_RULES"):
-                rules = stack.state_dir / "demo-rules.yaml"
-                rules.write_text(demo_rules(demo.time_scale, floor_s=2 * args.every))
+            # The heartbeat, to a local dead man's switch that prints a line when it is late
+            # (and when it is back). Its channel is in the rules ./run writes; rules of your
+            # own (GROUPSCOPE_ALERT_RULES) decide for themselves.
+            heartbeat = None
+            if not os.environ.get("GROUPSCOPE_ALERT_RULES"):
+                heartbeat = HeartbeatCatcher(HEARTBEAT_EVERY, _heartbeat_grace(args.every),
+                                             stack.state_dir / "heartbeat")
+                heartbeat.start()
+                cleanup.callback(heartbeat.stop)
+                rules = stack.state_dir / "run-rules.yaml"
+                rules.write_text((demo_rules(demo.time_scale, floor_s=2 * args.every)
+                                  if demo is not None else "")
+                                 + heartbeat_rules(HEARTBEAT_EVERY))
                 alerting["GROUPSCOPE_ALERT_RULES"] = str(rules)
+                alerting.update([heartbeat.connection()])
+                where[DEADMAN_CHANNEL] = _short(heartbeat.log)
             _grafana_provisioning(grafana, env["WAREHOUSE_URL"], args.every)
             worker_logs, trigger_logs = free_ports(2)
             airflow = LocalAirflow(
@@ -428,8 +448,12 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
             printer.dag_ids = _wait_for_dags(airflow, lambda: stop_requested)
             for dag_id in printer.dag_ids:
                 airflow.unpause(dag_id)
+            if heartbeat is not None:
+                # From now on a heartbeat is due: none at all within its deadline is late too.
+                heartbeat.arm(datetime.now(UTC))
             print(_banner(airflow, env, stack, landing, alert_log, mail.folder,
-                          catcher.folder if catcher else None, printer.dag_ids, grafana),
+                          catcher.folder if catcher else None, printer.dag_ids, grafana,
+                          heartbeat.log if heartbeat is not None else None),
                   flush=True)
             if demo is not None:
                 print(f"The demo's timeline (minutes after the first snapshot is in the "
@@ -450,12 +474,22 @@ def run_main_job(stack: Stack, args: argparse.Namespace) -> int:
                     print(f"{_now()}  DEMO      {happened}", flush=True)
                 for line in printer.notifications():
                     print(line, flush=True)
+                for line in heartbeat.lines(datetime.now(UTC)) if heartbeat is not None else []:
+                    print(f"{_now()}  {line}", flush=True)
                 if time.monotonic() >= next_table:
                     next_table = time.monotonic() + args.status_every
                     print(printer.table(), flush=True)
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _heartbeat_grace(every_s: float) -> timedelta:
+    """How long past ``HEARTBEAT_EVERY`` a heartbeat may come before it is late: it goes out at
+    the first evaluation after the interval (one per snapshot interval), and an evaluation waits
+    for the scheduler and a worker, slow on a busy laptop; so several snapshot intervals, at
+    least 90 s."""
+    return timedelta(seconds=max(90.0, 4 * every_s))
 
 
 def _finish(stack: Stack, keep: bool) -> None:
@@ -508,8 +542,6 @@ def _wait_for_dags(airflow: Any, stop: Any, timeout_s: float = 300.0) -> list[st
 def _grafana_provisioning(folder: Path, warehouse_url: str, every_s: float) -> Path:
     """The Grafana provisioning of this stack (``groupscope grafana provision``, pointed at the
     dev PostgreSQL): a Grafana 12 that mounts it shows the dashboards over this warehouse."""
-    from datetime import timedelta
-
     from sqlalchemy.engine import make_url
 
     from groupscope.serve.alerting.rules import load_rules
@@ -525,7 +557,8 @@ def _grafana_provisioning(folder: Path, warehouse_url: str, every_s: float) -> P
 
 def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, alert_log: Path,
             mail_folder: Path, webhook_folder: Path | None, dag_ids: list[str],
-            grafana: Path) -> str:
+            grafana: Path, heartbeat_log: Path | None) -> str:
+    from groupscope.serve.alerting.notify import duration
     from groupscope.warehouse import safe_url
     from groupscope_dev.postgres import READER_PASSWORD
 
@@ -556,6 +589,11 @@ def _banner(airflow: Any, env: dict[str, str], stack: Stack, landing: Path, aler
                                if os.environ.get("AIRFLOW_CONN_GROUPSCOPE_SLACK") else
                                "none: set AIRFLOW_CONN_GROUPSCOPE_SLACK (docs/alerts.md)"),
         f"    task failures {alert_log}",
+        "  heartbeat       " + (
+            f"\"groupscope is alive\" every {duration(HEARTBEAT_EVERY.total_seconds())} to"
+            f" a local dead man's switch ({heartbeat_log}): a \"HEARTBEAT LATE\" line here"
+            " when it stops coming" if heartbeat_log is not None else
+            "as your GROUPSCOPE_ALERT_RULES says"),
         "Ctrl-C, or ./run stop in another terminal, stops everything.",
         "",
     ])
@@ -843,7 +881,46 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-kinds", action="store_true",
                       help="leave out the share group and the Kafka Streams application "
                            "(Kafka < 4.2)")
+    catcher = sub.add_parser(
+        "heartbeat-catcher", help="only the heartbeat's stand-in dead man's switch (the compose "
+                                  "stack's heartbeat-catcher): says when groupscope's heartbeat "
+                                  "is late, and when it is back")
+    catcher.add_argument("--host", default="127.0.0.1", help="listen on (default 127.0.0.1)")
+    catcher.add_argument("--port", type=int, default=8080, help="listen on (default 8080)")
+    catcher.add_argument("--every", type=_positive, default=300.0, metavar="SECONDS",
+                         help="the heartbeat's interval, the rules' heartbeat.every (default 300)")
+    catcher.add_argument("--grace", type=_positive, default=120.0, metavar="SECONDS",
+                         help="how long past --every a heartbeat may come (default 120)")
+    catcher.add_argument("--log-dir", default="dev/.stack/heartbeat",
+                         help="where heartbeat.log and heartbeat.jsonl go")
     return parser
+
+
+def run_heartbeat_catcher(args: argparse.Namespace) -> int:
+    """The heartbeat catcher alone, printing its lines, until Ctrl-C or SIGTERM."""
+    from groupscope_dev.heartbeatcatcher import HeartbeatCatcher
+
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt  # as PID 1 of a container, SIGTERM would otherwise be ignored
+
+    signal.signal(signal.SIGTERM, stop)
+    catcher = HeartbeatCatcher(timedelta(seconds=args.every), timedelta(seconds=args.grace),
+                               Path(args.log_dir), args.port)
+    catcher.start(args.host)
+    catcher.arm(datetime.now(UTC))
+    print(f"{_now()}  waiting for groupscope's heartbeat on {args.host}:{catcher.port} (every "
+          f"{args.every:g} s, late after {args.every + args.grace:g} s); log in {args.log_dir}",
+          flush=True)
+    try:
+        while True:
+            time.sleep(1.0)
+            for line in catcher.lines(datetime.now(UTC)):
+                print(f"{_now()}  {line}", flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        catcher.stop()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -852,6 +929,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.demo = "none" if args.bootstrap else "story"  # never a workload on yours unasked
     if args.action == "demo":
         return run_demo(args)
+    if args.action == "heartbeat-catcher":
+        return run_heartbeat_catcher(args)
     stack = Stack(Path(args.state_dir).resolve(), Path(args.env_file).resolve())
     try:
         if args.action == "up":

@@ -3,7 +3,9 @@
 notification is appended to ``webhook.log`` as a person reads it (the time it arrived and the
 text) and to ``webhook.jsonl`` as received. It can be stopped and started again on the same
 port, to play an endpoint that is down for a while, or answer another status (``answer``) to
-play one that refuses (what it refuses is counted in ``refused``, not kept)."""
+play one that refuses (what it refuses is counted in ``refused``, not kept). The heartbeat
+catcher (``heartbeatcatcher``) is one of these, with its own files and a listener told of each
+body kept."""
 
 from __future__ import annotations
 
@@ -13,14 +15,21 @@ import threading
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from groupscope_dev.ports import free_ports
 
 
+class Listener(Protocol):
+    def __call__(self, body: dict[str, Any], received: datetime) -> None: ...
+
+
 class WebhookCatcher:
-    def __init__(self, folder: Path | None = None, port: int = 0) -> None:
+    def __init__(self, folder: Path | None = None, port: int = 0, *, name: str = "webhook",
+                 listener: Listener | None = None) -> None:
         self.folder, self.port = folder, port or free_ports(1)[0]
+        # ``name``: the log files' stem and the server thread's name.
+        self.name, self.listener = name, listener
         self.bodies: list[dict[str, Any]] = []
         self.answer = 200
         self.refused = 0
@@ -40,7 +49,8 @@ class WebhookCatcher:
         with self._lock:
             return [str(b.get("text", "")) for b in self.bodies]
 
-    def start(self) -> None:
+    def start(self, host: str = "127.0.0.1") -> None:
+        """Listens on ``host`` (loopback; all interfaces in a container)."""
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
         catcher = self
@@ -69,9 +79,9 @@ class WebhookCatcher:
             def log_message(self, *args: Any) -> None:
                 pass  # the log files are the record
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((host, self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True,
-                         name=f"webhook-catcher-{self.port}").start()
+                         name=f"{self.name}-catcher-{self.port}").start()
 
     def stop(self) -> None:
         if self._server is not None:
@@ -83,12 +93,14 @@ class WebhookCatcher:
         received = datetime.now(UTC)
         with self._lock:
             self.bodies.append(body)
+            if self.listener is not None:
+                self.listener(body, received)
             if self.folder is None:
                 return
-            with (self.folder / "webhook.jsonl").open("a", encoding="utf-8") as out:
+            with (self.folder / f"{self.name}.jsonl").open("a", encoding="utf-8") as out:
                 out.write(json.dumps({"received": received.isoformat(), **body},
                                      ensure_ascii=False) + "\n")
-            with (self.folder / "webhook.log").open("a", encoding="utf-8") as out:
+            with (self.folder / f"{self.name}.log").open("a", encoding="utf-8") as out:
                 # The text as a person reads it: groupscope escapes it for Slack (&amp; ...).
                 shown = html.unescape(str(body.get("text", json.dumps(body, ensure_ascii=False))))
                 out.write(f"--- {received:%Y-%m-%d %H:%M:%S}Z {body.get('kind', 'message')}\n"

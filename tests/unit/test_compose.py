@@ -2,8 +2,9 @@
 Compose does, validated against Compose's own schema (compose-go's compose-spec.json, pinned in
 dev/compose-validator, fetched once from the Go module proxy), then held to the deployment's
 rules: healthchecks or one-shots, depends_on conditions, no secret in the file, every variable
-in .env.example, the connections the code uses, Grafana on the read-only role, the files it
-mounts and builds from, and the compose section of docs/operations.md."""
+in .env.example, the connections the code uses, Airflow's metadata database apart from the
+warehouse, the heartbeat configured, Grafana on the read-only role, the files it mounts and
+builds from, and the compose section of docs/operations.md."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import base64
 import json
 import re
 import subprocess
+from datetime import timedelta
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -23,6 +26,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
+RULES = ROOT / "deploy" / "groupscope" / "rules.yaml"
+AIRFLOW_COMPONENTS = ("airflow-init", "airflow-apiserver", "airflow-scheduler",
+                      "airflow-dag-processor", "airflow-triggerer")
 ONE_SHOT = "service_completed_successfully"
 CONDITIONS = {"service_healthy", ONE_SHOT}
 # Variables that hold secrets: always required (${VAR:?...}), never given a default.
@@ -140,9 +146,10 @@ def test_a_required_variable_without_a_value_is_an_error(text: str) -> None:
 # -- the stack's rules -----------------------------------------------------------------------
 def test_the_full_stack_is_there(services: dict[str, Any]) -> None:
     for name in ("kafka", "demo", "warehouse", "warehouse-migrate", "warehouse-reader",
-                 "airflow-init", "airflow-apiserver", "airflow-scheduler",
+                 "airflow-db", "airflow-init", "airflow-apiserver", "airflow-scheduler",
                  "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker",
-                 "spark-connect", "grafana-provision", "grafana", "mailpit"):
+                 "spark-connect", "grafana-provision", "grafana", "mailpit",
+                 "heartbeat-catcher"):
         assert name in services, name
     commands = {name: " ".join(map(str, s.get("command") or [])) for name, s in services.items()}
     assert commands["airflow-init"] == "airflow db migrate"
@@ -168,6 +175,7 @@ def test_images_are_pinned(services: dict[str, Any]) -> None:
         assert re.search(r":[\w.-]*\d", image), f"{name}: {image} has no version tag"
     assert images["kafka"].startswith("apache/kafka:4.")
     assert images["warehouse"].startswith("postgres:17")
+    assert images["airflow-db"].startswith("postgres:17")
     assert images["grafana"].startswith("grafana/grafana:12.")
     built = {name for name, s in services.items() if "build" in s}
     assert {s["image"] for name, s in services.items() if name in built} == {"groupscope:0.1.0"}
@@ -248,18 +256,21 @@ def test_airflow_has_the_connections_the_code_uses(services: dict[str, Any]) -> 
 
     plugin = (ROOT / "plugins" / "groupscope_airflow.py").read_text()
     ids = dict(re.findall(r'^(\w+_CONN_ID) = "(\w+)"', plugin, re.M))
-    rules = yaml.safe_load((ROOT / "src/groupscope/serve/alerting/default_rules.yaml").read_text())
+    from groupscope.serve.alerting.rules import load_rules
+
+    rules = load_rules(RULES)  # the stack's: the built-in channels and the heartbeat's
     wanted = {
         ids["WAREHOUSE_CONN_ID"]: "postgres",
         Settings.model_fields["spark_conn_id"].default: "spark",
         Settings.model_fields["spark_connect_conn_id"].default: "spark_connect",
-        **{c["connection"]: None for c in rules["channels"]},
+        **{c.connection: None for c in rules.channels},
     }
     wanted["groupscope_smtp"] = "smtp"
+    wanted["groupscope_deadman"] = "http"
     assert set(wanted) >= {"groupscope_warehouse", "groupscope_alerts", "groupscope_slack",
-                           "groupscope_smtp", "spark_default", "spark_connect_default"}
-    for name in ("airflow-init", "airflow-apiserver", "airflow-scheduler",
-                 "airflow-dag-processor", "airflow-triggerer"):
+                           "groupscope_smtp", "groupscope_deadman", "spark_default",
+                           "spark_connect_default"}
+    for name in AIRFLOW_COMPONENTS:
         environment = _environment(services[name])
         conns = {k[len("AIRFLOW_CONN_"):].lower(): v for k, v in environment.items()
                  if k.startswith("AIRFLOW_CONN_")}
@@ -284,10 +295,109 @@ def test_airflow_has_the_connections_the_code_uses(services: dict[str, Any]) -> 
     shared = ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN")
     assert len({tuple(_environment(services[n])[k] for k in shared)
-                for n in services if n.startswith("airflow-")}) == 1
+                for n in AIRFLOW_COMPONENTS}) == 1
     # Spark executors read the landing zone at the path the drivers give them.
     for name in ("spark-worker", "spark-connect"):
         assert "landing:/landing" in services[name]["volumes"]
+
+
+def _data_volume(service: dict[str, Any]) -> str:
+    [volume] = [m.split(":")[0] for m in service["volumes"]
+                if m.split(":")[1] == "/var/lib/postgresql/data"]
+    return str(volume)
+
+
+def _needs(services: dict[str, Any], name: str) -> set[str]:
+    """Every service ``name`` waits for at `up`, through the others."""
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        for target in _depends(services[todo.pop()]):
+            if target not in found:
+                found.add(target)
+                todo.append(target)
+    return found
+
+
+def test_airflows_metadata_database_is_apart_from_the_warehouse(
+        services: dict[str, Any], raw: dict[str, Any]) -> None:
+    """With the warehouse's server down, Airflow still runs the alert task that says so: its
+    metadata database is another service, on another volume, and no Airflow component waits
+    for the warehouse's server, but the scheduler's first start (the migrations)."""
+    metadata = urlsplit(_environment(services["airflow-scheduler"])
+                        ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    warehouse = json.loads(_environment(services["airflow-scheduler"])
+                           ["AIRFLOW_CONN_GROUPSCOPE_WAREHOUSE"])
+    assert (metadata.hostname, metadata.port, metadata.username, metadata.path) \
+        == ("airflow-db", 5432, "airflow", "/airflow")
+    assert warehouse["host"] == "warehouse" and metadata.hostname != warehouse["host"]
+    assert _data_volume(services["airflow-db"]) != _data_volume(services["warehouse"])
+    assert {_data_volume(services[n]) for n in ("airflow-db", "warehouse")} \
+        <= set(raw["volumes"])
+    # Each server creates only its own database and owner role, with the same script.
+    for name, owner, password in (("airflow-db", "airflow", "AIRFLOW_DB_PASSWORD"),
+                                  ("warehouse", "groupscope", "WAREHOUSE_PASSWORD")):
+        environment = _environment(raw["services"][name])
+        assert environment["DATABASE_OWNER"] == owner
+        assert environment["DATABASE_OWNER_PASSWORD"].startswith(f"${{{password}:?")
+        assert not {"AIRFLOW_DB_PASSWORD", "WAREHOUSE_PASSWORD"} & set(environment)
+        assert "./deploy/postgres/initdb.sh:/docker-entrypoint-initdb.d/10-groupscope.sh:ro" \
+            in services[name]["volumes"]
+        assert services[name]["healthcheck"]["test"][-4:] == ["-U", owner, "-d", owner]
+    assert metadata.password == cv.read_env_file(ENV_EXAMPLE)["AIRFLOW_DB_PASSWORD"]
+    script = (ROOT / "deploy/postgres/initdb.sh").read_text()
+    assert "CREATE DATABASE :\"owner\" OWNER :\"owner\"" in script
+    # The migrations wait for Airflow's own server; the components that keep running wait
+    # for the warehouse's at most through the migrations, at the scheduler's first start.
+    assert _depends(services["airflow-init"]) == {"airflow-db": {"condition": "service_healthy"}}
+    for name in AIRFLOW_COMPONENTS:
+        assert "airflow-db" in _needs(services, name) or name == "airflow-init", name
+        assert "warehouse" not in _depends(services[name]), name
+        if name != "airflow-scheduler":
+            assert "warehouse" not in _needs(services, name), name
+    assert "warehouse" not in _needs(services, "airflow-scheduler") - _needs(
+        services, "warehouse-migrate") - {"warehouse-migrate"}
+
+
+def test_the_heartbeat_goes_to_a_dead_mans_switch(services: dict[str, Any],
+                                                   raw: dict[str, Any]) -> None:
+    """Every Airflow component reads the stack's rules file, which sends the heartbeat to the
+    `deadman` channel and no incident there; its connection is required in .env and is, in
+    .env.example, the stack's heartbeat-catcher, listening where it points and expecting the
+    heartbeat as often as the rules send it. The rules are ./run's (heartbeat_rules), every 5 m."""
+    from groupscope.serve.alerting.rules import load_rules
+    from groupscope_dev.__main__ import build_parser as build_stack_parser
+    from groupscope_dev.heartbeatcatcher import DEADMAN_CHANNEL, heartbeat_rules
+
+    rules = load_rules(RULES)
+    assert rules.heartbeat is not None and rules.heartbeat.channels == [DEADMAN_CHANNEL]
+    every = rules.heartbeat.every
+    assert every == timedelta(minutes=5)
+    assert yaml.safe_load(RULES.read_text()) == yaml.safe_load(heartbeat_rules(every)) | {
+        "heartbeat": {"channels": [DEADMAN_CHANNEL], "every": "5m"}}
+    assert all(DEADMAN_CHANNEL not in route.channels for route in rules.routes)
+
+    mount = "/etc/groupscope/rules.yaml"
+    deadman = set()
+    for name in AIRFLOW_COMPONENTS:
+        environment = _environment(services[name])
+        assert environment["GROUPSCOPE_ALERT_RULES"] == mount, name
+        assert f"./deploy/groupscope/rules.yaml:{mount}:ro" in services[name]["volumes"], name
+        deadman.add(environment["AIRFLOW_CONN_GROUPSCOPE_DEADMAN"])
+    assert _environment({"environment": raw["x-airflow-env"]})[
+        "AIRFLOW_CONN_GROUPSCOPE_DEADMAN"].startswith("${GROUPSCOPE_DEADMAN_CONNECTION:?")
+    [connection] = deadman
+    url = urlsplit(json.loads(connection)["password"])
+    # The catcher's command, read by the dev stack's own parser.
+    catcher = services["heartbeat-catcher"]
+    command = [str(c) for c in catcher["command"]]
+    assert command[:3] == ["python", "-m", "groupscope_dev"]
+    args = build_stack_parser().parse_args(command[3:])
+    assert args.action == "heartbeat-catcher"
+    assert (url.scheme, url.hostname, url.port) == ("http", "heartbeat-catcher", args.port)
+    assert args.host == "0.0.0.0"
+    assert args.every == every.total_seconds()
+    assert f"'127.0.0.1', {args.port}" in " ".join(catcher["healthcheck"]["test"])
 
 
 def test_grafana_logs_in_as_the_read_only_role(services: dict[str, Any],
