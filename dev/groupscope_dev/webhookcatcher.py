@@ -3,7 +3,9 @@
 notification is appended to ``webhook.log`` as a person reads it (the time it arrived and the
 text) and to ``webhook.jsonl`` as received. It can be stopped and started again on the same
 port, to play an endpoint that is down for a while, or answer another status (``answer``) to
-play one that refuses (what it refuses is counted in ``refused``, not kept). The heartbeat
+play one that refuses (what it refuses is counted in ``refused``, not kept), or drip its
+answer one byte every ``drip_every_s`` seconds (``drip``) to play a receiver or a proxy that
+stalls mid-response (what it drips to is counted in ``dripped``, not kept). The heartbeat
 catcher (``heartbeatcatcher``) is one of these, with its own files and a listener told of each
 body kept."""
 
@@ -33,6 +35,9 @@ class WebhookCatcher:
         self.bodies: list[dict[str, Any]] = []
         self.answer = 200
         self.refused = 0
+        self.dripped = 0
+        self._drip_every: float | None = None
+        self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
 
@@ -53,6 +58,7 @@ class WebhookCatcher:
         """Listens on ``host`` (loopback; all interfaces in a container)."""
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
+        self._stopping.clear()
         catcher = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,6 +70,9 @@ class WebhookCatcher:
                 except ValueError:
                     self.send_response(400)
                     self.end_headers()
+                    return
+                if catcher._drip_every is not None:
+                    catcher._drip(self)
                     return
                 if catcher.answer != 200:
                     with catcher._lock:
@@ -83,8 +92,30 @@ class WebhookCatcher:
         threading.Thread(target=self._server.serve_forever, daemon=True,
                          name=f"{self.name}-catcher-{self.port}").start()
 
+    def drip(self, every_s: float | None) -> None:
+        """From now on, answer each POST one byte every ``every_s`` seconds (for as long as
+        dripping lasts, then close); None: answer normally again."""
+        self._drip_every = every_s
+
+    def _drip(self, handler: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.dripped += 1
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n"
+        answer += b"." * 100000
+        try:
+            for byte in answer:
+                every = self._drip_every
+                if every is None or self._stopping.wait(every):
+                    break
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+        except OSError:
+            pass  # the client gave up: what a stall is for
+        handler.close_connection = True
+
     def stop(self) -> None:
         if self._server is not None:
+            self._stopping.set()
             self._server.shutdown()
             self._server.server_close()
             self._server = None

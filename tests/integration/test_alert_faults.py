@@ -27,6 +27,7 @@ from sqlalchemy import text
 
 from groupscope import pipeline, warehouse
 from groupscope.serve.alerting.airflow_channels import build_channels
+from groupscope.settings import Settings
 from groupscope.warehouse.partitions import create_partitions
 from groupscope_dev.mailcatcher import MailCatcher
 from groupscope_dev.ports import free_ports
@@ -303,12 +304,13 @@ def test_the_warehouse_down_two_minutes_loses_nothing_and_says_so(
     assert got["webhook"] == [
         f"[FIRING] cluster {stack.cluster}: groupscope cannot reach its warehouse (since "
         "09:00:30Z): " + got["webhook"][0].split("): ", 1)[1],
+        # The outage is over once an evaluation went through: after what it delivered.
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED.",
         f"[RESOLVED] cluster {stack.cluster}: groupscope evaluates its alert rules again, after "
-        "2 m 10 s. Alert evaluation and delivery resume; what the incidents owe is sent now.",
-        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+        "2 m 10 s. Alert evaluation and delivery resume; what the incidents owe is sent now."]
     assert [s.split(":")[0] for s in got["email"]] == [
-        "[FIRING] groupscope critical", "[RESOLVED] groupscope critical",
-        "[FIRING] groupscope critical"]
+        "[FIRING] groupscope critical", "[FIRING] groupscope critical",
+        "[RESOLVED] groupscope critical"]
     assert "S3CRET" not in json.dumps(stack.webhook.bodies[0])
     assert _deliveries(stack.url, stack.cluster) == [
         ("payments", "firing", "email:sent", 1), ("payments", "firing", "webhook:sent", 1)]
@@ -378,3 +380,231 @@ def test_a_group_missing_after_a_partial_snapshot_is_unknown_until_two_complete_
         f"[FIRING] cluster {stack.cluster}, group payments: STOPPED.",
         f"[RESOLVED] cluster {stack.cluster}, group payments: STOPPED is over after 1 m 30 s "
         "(firing since 09:00:00Z)."]
+
+
+def test_a_webhook_that_drips_its_answer_holds_up_no_channel_and_gets_what_it_missed_once(
+        stack: Stack) -> None:
+    # A receiver (or a proxy) that reads each POST and answers one byte every 2 s: it never
+    # refuses and never finishes. Each evaluation gives each channel 2 s in all.
+    stack.rules.write_text(stack.rules.read_text() + "delivery_deadline: 2s\n"
+                           "heartbeat: {channels: [email], every: 1m}\n")
+    stack.webhook.drip(2.0)
+    stack.seed(0, {"payments": 0})
+    stack.evaluate(0)
+    stack.seed(30, {"payments": 3})  # the group stops (kill -9 of every member)
+    first = stack.evaluate(61)
+    # E-mail hears it at the same evaluation; the webhook fails like a refusal.
+    assert any(str(m["Subject"]).startswith("[FIRING] groupscope critical: cluster")
+               and "STOPPED" in str(m["Subject"]) for m in stack.mail.mails())
+    assert "did not finish within 2 s" in first["deliveries"]["webhook"]
+    # What was owed got through on e-mail: the heartbeat goes out.
+    assert first["heartbeat"] == {"email": "sent"}
+    # It stays in backoff while it drips, is told on e-mail once it has failed 5 minutes
+    # (channel_failing), and is never told of its own failure.
+    for seconds in range(91, 452, 30):
+        stack.evaluate(seconds)
+    subjects = [str(m["Subject"]) for m in stack.mail.mails()
+                if "HEARTBEAT" not in str(m["Subject"])]
+    assert any("alert channel webhook FAILING" in s for s in subjects), subjects
+    assert stack.webhook.dripped >= 3 and stack.webhook.bodies == []
+    # Once it answers, it gets what it missed, in order, once.
+    stack.webhook.drip(None)
+    for seconds in range(481, 842, 30):
+        stack.evaluate(seconds)
+    assert [t.splitlines()[0] for t in stack.webhook.texts
+            if not t.startswith("[HEARTBEAT]")] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+    rows = _deliveries(stack.url, stack.cluster)
+    assert [r[:3] for r in rows if r[0] == "payments"] == [
+        ("payments", "firing", "email:sent"), ("payments", "firing", "webhook:sent")]
+
+
+def test_an_smtp_server_that_never_greets_holds_up_no_channel(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import threading
+
+    # Accepts every connection and never says a word (a hung MTA, a firewall that blackholes
+    # after the handshake): the SMTP provider's hook would wait 30 s, 6 times.
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv(*stack.mail.connection("faults_smtp", "oncall@example.com"))
+    port_env = os.environ["AIRFLOW_CONN_FAULTS_SMTP"].replace(
+        f'"port": {stack.mail.port}', f'"port": {silent.getsockname()[1]}')
+    assert port_env != os.environ["AIRFLOW_CONN_FAULTS_SMTP"]
+    monkeypatch.setenv("AIRFLOW_CONN_FAULTS_SMTP", port_env)
+    stack.rules.write_text(stack.rules.read_text() + "delivery_deadline: 2s\n")
+    try:
+        stack.seed(0, {"payments": 3})
+        summary = stack.evaluate(0)
+    finally:
+        stop.set()
+        silent.close()
+        for conn in held:
+            conn.close()
+    assert stack.received()["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+    assert "did not finish within 2 s" in summary["deliveries"]["email"]
+    assert ("payments", "firing", "email:failed", 1) in _deliveries(stack.url, stack.cluster)
+
+
+def _set_read_only(own_postgres: LocalPostgres, on: bool) -> None:
+    engine = warehouse.engine_for(own_postgres.url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE"))
+            conn.commit()
+            conn.execute(text(f"ALTER DATABASE {conn.engine.url.database} SET "
+                              f"default_transaction_read_only = {'on' if on else 'off'}"))
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def test_a_read_only_warehouse_is_told_on_every_channel_and_loses_nothing(
+        stack: Stack, own_postgres: LocalPostgres) -> None:
+    # A failover to a replica that is still read-only (SQLSTATE 25006): it answers every read,
+    # refuses every write. Before, only "unreachable" was told: this was silence.
+    stack.seed(0, {"payments": 0})
+    stack.evaluate(0)
+    stack.seed(30, {"payments": 3})
+    _set_read_only(own_postgres, True)
+    try:
+        for seconds in (30, 60, 90, 120, 150):
+            with pytest.raises(pipeline.StageFailed, match="read-only"):
+                stack.evaluate(seconds, snapshot=False)
+    finally:
+        _set_read_only(own_postgres, False)
+    stack.evaluate(180)
+    got = stack.received()
+    assert got["webhook"][0].startswith(
+        f"[FIRING] cluster {stack.cluster}: groupscope cannot use its warehouse: it is "
+        "read-only (since 09:00:30Z): ")
+    assert "25006" in stack.webhook.texts[0]
+    assert got["webhook"][1:] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED.",
+        f"[RESOLVED] cluster {stack.cluster}: groupscope evaluates its alert rules again, after "
+        "2 m 30 s. Alert evaluation and delivery resume; what the incidents owe is sent now."]
+    assert [s.split(": cluster")[0] for s in got["email"]] == [
+        "[FIRING] groupscope critical", "[FIRING] groupscope critical",
+        "[RESOLVED] groupscope critical"]
+    assert "warehouse READ-ONLY" in got["email"][0]
+    assert _deliveries(stack.url, stack.cluster) == [
+        ("payments", "firing", "email:sent", 1), ("payments", "firing", "webhook:sent", 1)]
+
+
+def test_a_warehouse_one_migration_behind_is_told_on_every_channel(
+        stack: Stack, own_postgres: LocalPostgres, tmp_path: Path) -> None:
+    # A build deployed before its migration: the warehouse lacks this code's newest one.
+    behind = tmp_path / "behind"
+    (behind / "migrations").mkdir(parents=True)
+    for m in warehouse.migrations()[:-1]:
+        (behind / "migrations" / f"{m.name}.sql").write_text(m.sql, encoding="utf-8")
+    url = own_postgres.create_database(f"behind{next(_stacks)}")
+    engine = warehouse.engine_for(url)
+    warehouse.migrate(engine, behind)
+    engine.dispose()
+    stack.url = url
+    with pytest.raises(pipeline.StageFailed, match="not migrated"):
+        stack.evaluate(0, snapshot=False)
+    with pytest.raises(pipeline.StageFailed, match="not migrated"):
+        stack.evaluate(30, snapshot=False)
+    got = stack.received()
+    assert len(got["webhook"]) == 1 and len(got["email"]) == 1  # once per outage
+    assert got["webhook"][0].startswith(
+        f"[FIRING] cluster {stack.cluster}: groupscope cannot use its warehouse: it is not "
+        "migrated")
+    assert "groupscope warehouse migrate" in stack.webhook.texts[0]
+
+
+def test_a_route_to_a_channel_without_a_connection_reaches_the_others_and_names_it(
+        stack: Stack) -> None:
+    # A typo in a connection id (or one not created yet on a new deployment): the critical
+    # route's only channel has no connection.
+    stack.rules.write_text(stack.rules.read_text()
+                           + "  - {name: pager, kind: webhook, connection: no_such_conn}\n"
+                           "routes:\n  - {severities: [critical], channels: [pager],"
+                           " continue: false}\n")
+    stack.seed(0, {"payments": 3})
+    summary = stack.evaluate(0)
+    # Nothing routed reaches anybody: the page falls through to every channel that can.
+    assert stack.received()["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+    assert "STOPPED" in stack.received()["email"][0]
+    assert "no connection no_such_conn" in summary["deliveries"]["pager"]
+    # And the missing connection is failing from the first notification it missed.
+    stack.evaluate(30)
+    texts = stack.webhook.texts
+    assert any(t.startswith(f"[FIRING] cluster {stack.cluster}: alert channel pager FAILING")
+               and "has no connection" in t for t in texts), texts
+    assert ("payments", "firing", "pager:failed", 2) in _deliveries(stack.url, stack.cluster)
+
+
+def test_an_invalid_rules_file_on_a_first_deployment_resolves_no_custom_incident(
+        stack: Stack) -> None:
+    # A rule of the operator's own fires; then the file goes bad where no valid copy of it was
+    # ever stored for this path (a new path, a first deployment): the built-ins are in use.
+    custom = ("rules:\n  - name: payments_down\n    condition: group_status_err\n"
+              "    threshold: 2\n    severity: critical\n    for: 0s\n")
+    stack.rules.write_text(stack.rules.read_text() + custom)
+    stack.seed(0, {"payments": 3})
+    stack.evaluate(0)
+    assert any("payments_down" in str(b) for b in stack.webhook.bodies)
+    moved = stack.rules.with_name("rules-new.yaml")
+    moved.write_text(stack.rules.read_text() + "  - name: broken\n    threshold: lots\n")
+    stack.rules = moved
+    for seconds in (30, 60, 120, 240):
+        stack.evaluate(seconds)
+    texts = stack.webhook.texts
+    assert not any(t.startswith("[RESOLVED]") for t in texts), texts
+    assert any("rules file INVALID" in t for t in texts)
+    engine = warehouse.engine_for(stack.url)
+    try:
+        with engine.connect() as conn:
+            state = conn.execute(text(
+                "SELECT state, details->>'unknown_why' FROM ops.alert_incidents"
+                " WHERE cluster = :c AND rule = 'payments_down'"), {"c": stack.cluster}).one()
+    finally:
+        engine.dispose()
+    assert state[0] == "firing" and "is not loaded" in (state[1] or "")
+
+
+def test_a_worker_clock_an_hour_ahead_evaluates_nothing_and_is_told(
+        stack: Stack) -> None:
+    stack.seed(0, {"payments": 3})
+    ahead = datetime.now(UTC) + timedelta(hours=1)
+    with pytest.raises(pipeline.StageFailed, match="1 h 0 m ahead of the warehouse"):
+        pipeline.alert_cycle(lambda: stack.url, stack.cluster, stack.rules, build_channels,
+                             EVERY, "http://grafana:3000", stack.outages, worker_clock=ahead)
+    got = stack.received()
+    assert got["webhook"] and got["webhook"][0].startswith(
+        f"[FIRING] cluster {stack.cluster}: groupscope cannot evaluate its alert rules")
+    assert "CLOCK SKEW" in got["email"][0]
+    # Nothing was judged: no incident, no evaluation time in the future.
+    engine = warehouse.engine_for(stack.url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM ops.alert_incidents WHERE cluster = :c"),
+                                {"c": stack.cluster}).scalar_one() == 0
+    finally:
+        engine.dispose()
+    # Retention refuses too: with the clock 14 days ahead it would drop 13 of 14 days.
+    with pytest.raises(pipeline.StageFailed, match="retention: nothing deleted"):
+        pipeline.retention(stack.url, Settings().retention,
+                           worker_clock=datetime.now(UTC) + timedelta(days=14))
+    # A worker on time evaluates on the warehouse's clock.
+    summary = pipeline.alert_cycle(lambda: stack.url, stack.cluster, stack.rules,
+                                   build_channels, EVERY, "http://grafana:3000", stack.outages)
+    assert abs(datetime.fromisoformat(summary["evaluated_at"]) - datetime.now(UTC)) \
+        < timedelta(seconds=60)

@@ -137,15 +137,18 @@ def route(rules: RuleSet, incident: Incident, reachable: set[str]) -> list[str]:
     """The channels a notification of ``incident`` is owed to: its route's channels (a channel's
     own failure is not sent to it: the others say it); when none of them can be reached (no
     connection), every other channel that can be, so that it reaches somebody. An invalid
-    rules file goes to every channel that can be reached."""
+    rules file goes to every channel that can be reached. The heartbeat's own channels are
+    never a fallback (a dead man's switch reads no incident)."""
     routed = [c.name for c in rules.channels_for(incident.severity, incident.labels)
               if not _about_channel(incident, c.name)]
     if incident.details.get("condition") == "rules_invalid":
         routed = []  # the routes themselves may be what is wrong: every channel hears it
     if any(name in reachable for name in routed):
         return routed
-    others = [c.name for c in rules.channels
-              if c.name in reachable and not _about_channel(incident, c.name)]
+    # A heartbeat's channel is a dead man's switch, not a person: never a fallback.
+    watchers = set(rules.heartbeat.channels) if rules.heartbeat is not None else set()
+    others = [c.name for c in rules.channels if c.name in reachable and c.name not in watchers
+              and not _about_channel(incident, c.name)]
     return routed + [name for name in others if name not in routed]
 
 
@@ -179,17 +182,19 @@ def heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], cluste
         last = store.heartbeats(conn, cluster)
         firing = [i for i in store.open_incidents(conn, cluster) if i.state == "firing"]
     due: dict[str, tuple[Channel, list[Message]]] = {}
+    outcome: dict[str, str] = {}
     for name in beat.channels:
         channel, row = channels.get(name), last.get(name)
-        if channel is None or (row is not None and row.sent_at is not None
-                               and now - row.sent_at < beat.every):
+        if channel is None:
+            outcome[name] = "no connection: the outside watcher hears nothing"
+            continue
+        if row is not None and row.sent_at is not None and now - row.sent_at < beat.every:
             continue
         if row is not None and row.error is not None and row.attempted_at is not None \
                 and now - row.attempted_at < rules.retry_initial:
             continue  # it failed a moment ago: not at every evaluation
         due[name] = (channel, [notify.heartbeat(cluster, now, beat.every, firing,
                                                 dashboard_url)])
-    outcome: dict[str, str] = {}
     deadline_s = rules.delivery_deadline.total_seconds()
     for name, results in notify.send_apart(due, deadline_s).items():
         error = results[0] if results else (

@@ -44,7 +44,7 @@ OVERVIEW_DASHBOARD = "/d/groupscope-overview/overview"
 
 def duration(seconds: float | None) -> str:
     """``1 m 10 s``, ``2 h 5 m``, ``45 s``."""
-    if seconds is None or math.isnan(seconds):
+    if seconds is None or not math.isfinite(seconds):
         return "?"
     total = round(max(seconds, 0.0))
     days, rest = divmod(total, 86400)
@@ -60,7 +60,7 @@ def duration(seconds: float | None) -> str:
 
 
 def _count(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "?"
     return f"{int(value):,}"
 

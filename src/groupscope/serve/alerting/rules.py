@@ -613,6 +613,23 @@ def rules_source(path: Path) -> str:
     return f"rules file {path}"
 
 
+def salvage_channels(text: str, source: str) -> list[Channel]:
+    """The channels of a rules text that is invalid elsewhere, each one that is valid on its
+    own: where the invalid file's own notice (``rules_invalid``) and what its channels are
+    owed can still go while a fallback is in use. None when the text is not a YAML mapping."""
+    try:
+        document = _document(text, source)
+    except RulesError:
+        return []
+    found = []
+    for item in document.get("channels") or []:
+        try:
+            found.append(Channel.model_validate(item))
+        except ValidationError:
+            continue
+    return found
+
+
 def read_rules_file(path: Path) -> str:
     """The text of a rules file; a ``RulesError`` naming it when it cannot be read."""
     try:

@@ -25,6 +25,7 @@ from groupscope.serve.alerting.rules import (
     load_rules_text,
     read_rules_file,
     rules_source,
+    salvage_channels,
 )
 
 _STORE = text("""
@@ -52,19 +53,36 @@ def rules_in_use(conn: Any, path: Path | None, now: datetime) -> RulesInUse:
     """The rules to evaluate with. No path: the built-ins. A readable, valid file: its rules,
     its text stored as the last valid one (``loaded_at`` = ``now``). A bad or unreadable file:
     the text last stored for that path, if it is still valid (a newer groupscope may refuse
-    it), else the built-ins, with the file's error. Never raises for a bad file."""
+    it), else the built-ins, with the file's error, and the bad file's channels that are
+    valid on their own. Never raises for a bad file."""
     if path is None:
         return RulesInUse(builtin_rules(), None, BUILTIN_SOURCE)
     source = rules_source(path)
+    rules_text = None
     try:
         rules_text = read_rules_file(path)
         rules = load_rules_text(rules_text, source)
     except RulesError as exc:
-        return _last_valid(conn, path, str(exc))
+        fallback = _last_valid(conn, path, str(exc))
+        return _with_channels_of(fallback, rules_text, source)
     conn.execute(_STORE, {"source": str(path), "rules_text": rules_text,
                           "sha256": hashlib.sha256(rules_text.encode()).hexdigest(),
                           "loaded_at": now})
     return RulesInUse(rules, None, source)
+
+
+def _with_channels_of(fallback: RulesInUse, rules_text: str | None, source: str) -> RulesInUse:
+    """The fallback with the invalid file's own channels (those valid on their own) in place of
+    the fallback's of the same name, and added to them: on a first deployment the built-ins'
+    channels may have no connection, and the file's are where its on-call listens."""
+    if rules_text is None:
+        return fallback
+    salvaged = {c.name: c for c in salvage_channels(rules_text, source)}
+    if not salvaged:
+        return fallback
+    kept = [salvaged.pop(c.name, c) for c in fallback.rules.channels]
+    rules = fallback.rules.model_copy(update={"channels": [*kept, *salvaged.values()]})
+    return RulesInUse(rules, fallback.error, fallback.source)
 
 
 def _last_valid(conn: Any, path: Path, error: str) -> RulesInUse:
