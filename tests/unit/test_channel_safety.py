@@ -40,6 +40,7 @@ from groupscope.serve.alerting.notify import (
     single,
     warehouse_message,
 )
+from groupscope.serve.alerting.rules import RulesError, load_rules_text
 from groupscope.serve.alerting.safe_text import NAME_LIMIT, TEXT_LIMIT, shown
 
 URL = ("https://alice:pa55word@hooks.example.com:8443/services/T0AAAA/B0BBBB/XyZsecret42"
@@ -405,3 +406,17 @@ def test_an_answer_of_several_mib_is_not_read_whole(receivers: list[_Receiver]) 
     receivers.append(receiver)
     post_json("hook", receiver.url, {"text": "x"}, timeout_s=10)
     assert receiver.closed.wait(10)
+
+
+@pytest.mark.parametrize(("timeout", "error"), [
+    ("0s", "must be more than 0s and at most 2m"), ("3m", "must be more than 0s and at most 2m"),
+    ("soon", "not a duration"),
+])
+def test_a_channels_timeout_is_a_duration_within_the_alert_tasks_time(timeout: str,
+                                                                      error: str) -> None:
+    text = (f"channels:\n  - {{name: hook, kind: webhook, connection: c, timeout: {timeout}}}\n")
+    with pytest.raises(RulesError) as raised:
+        load_rules_text(text, "rules.yaml")
+    assert "channel 'hook': field 'timeout'" in str(raised.value) and error in str(raised.value)
+    spec = load_rules_text(text.replace(timeout, "90s"), "rules.yaml").channels[0]
+    assert spec.timeout == timedelta(seconds=90)
