@@ -294,7 +294,7 @@ def detail_lines(incident: Incident) -> list[str]:
         return [f"Task {d.get('task_id')} of DAG {d.get('dag_id')} failed (run {d.get('run_id')}"
                 f", try {d.get('try_number')}, at {_clock(d.get('at'))}"
                 + (f"; failing since {_clock(since)}" if since and since != d.get("at") else "")
-                # its first line of the raw reason (a traceback's lines escaped would be one)
+                # the raw reason's first line: escaped first, a traceback would be one line
                 + f"): {shown(_first_line_of(incident.details.get('reason')), TEXT_LIMIT)}"]
     if condition == "channel_failing":
         return [f"Alert channel {d.get('channel')} has failed every delivery since "
