@@ -3,17 +3,24 @@ POST and its body; a 301, 302 or 303, which urllib would follow as a GET without
 refused and nothing is delivered), TLS verification through the Slack provider, Slack escaping
 through the real ``SlackChannel`` and Slack provider (``SlackWebhookNotifier``) against a local
 stand-in for Slack, and failures whose URL has a secret path: the secret is in neither the
-error nor any log record nor anything printed."""
+error nor any log record nor anything printed. A redirect to another origin is refused. Each
+channel's send is bounded as a whole: an SMTP server (a plain socket) that never greets, or
+greets a byte every 2 s, a Slack endpoint that never answers, or drips its answer over https.
+Hostile names (a newline, a bidi override, a 10,000-character client id) reach the webhook,
+Slack and a real mailbox (aiosmtpd) escaped and cut."""
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,8 +32,19 @@ import airflow.providers.slack.notifications.slack_webhook  # noqa: F401
 import pytest
 from selfsigned import self_signed
 
-from groupscope.serve.alerting.airflow_channels import SlackChannel
-from groupscope.serve.alerting.channels import ChannelError, Message, WebhookChannel, post_json
+from groupscope.serve.alerting.airflow_channels import EmailChannel, SlackChannel, build_channels
+from groupscope.serve.alerting.channels import (
+    SLACK_TEXT_LIMIT,
+    SUBJECT_LIMIT,
+    ChannelError,
+    Message,
+    WebhookChannel,
+    post_json,
+)
+from groupscope.serve.alerting.incidents import Incident, Undelivered
+from groupscope.serve.alerting.notify import single
+from groupscope.serve.alerting.rules import load_rules_text
+from groupscope_dev.mailcatcher import MailCatcher
 from groupscope_dev.webhookcatcher import WebhookCatcher
 
 pytestmark = pytest.mark.integration
@@ -46,8 +64,9 @@ class Seen:
 class Endpoint:
     """``/redirect/CODE/HOPS``: answers CODE to the next hop, and after HOPS of them to
     ``/target/SECRET``, which answers 200 to anything (a GET too, as a real endpoint might);
-    ``/elsewhere`` answers 307 to a URL with the secret as its port; ``/status/CODE`` answers
-    CODE with the request's path in the body."""
+    ``/elsewhere`` answers 307 to a URL with the secret as its port; ``/away/HOST/PORT``
+    answers 307 to ``/target/SECRET`` at another origin; ``/status/CODE`` answers CODE with
+    the request's path in the body."""
 
     port: int
     seen: list[Seen] = field(default_factory=list)
@@ -80,6 +99,11 @@ def endpoint() -> Iterator[Endpoint]:
             elif parts[0] == "elsewhere":  # a Location with a port that is not a number
                 self.send_response(307)
                 self.send_header("Location", f"http://127.0.0.1:{SECRET}/hooks")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif parts[0] == "away":  # a 307 to /hooks at another host name or port
+                self.send_response(307)
+                self.send_header("Location", f"http://{parts[1]}:{parts[2]}/target/{SECRET}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
             elif parts[0] == "status":
@@ -265,3 +289,255 @@ def test_a_self_signed_slack_stand_in_and_webhook_are_refused(
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- redirects to another origin ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["another port", "another host name"])
+def test_a_307_to_another_origin_is_refused_and_nothing_is_delivered(
+        endpoint: Endpoint, where: str) -> None:
+    elsewhere = WebhookCatcher()
+    elsewhere.start()
+    try:
+        host, port = {"another port": ("127.0.0.1", elsewhere.port),
+                      "another host name": ("localhost", endpoint.port)}[where]
+        with pytest.raises(ChannelError) as raised:
+            WebhookChannel("hook", f"{endpoint.base}/away/{host}/{port}").send(MESSAGE)
+    finally:
+        elsewhere.stop()
+    assert str(raised.value) == ("channel hook: webhook answered HTTP 307 (a redirect to "
+                                 "another host); give the channel the final URL")
+    assert elsewhere.bodies == [] and endpoint.at_target() == []
+    assert len(endpoint.seen) == 1
+
+
+# --- a deadline for each channel's send --------------------------------------------------
+
+
+@dataclass
+class SlowServer:
+    """A TCP server on loopback that accepts every connection and then, as ``mode`` says,
+    never says a word, or sends ``greeting`` one byte every 2 s. ``accepted`` counts the
+    connections (a client that retries opens more)."""
+
+    mode: str
+    greeting: bytes = b""
+    tls: ssl.SSLContext | None = None
+    accepted: int = 0
+    listener: socket.socket = field(default_factory=socket.socket)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> int:
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+        return int(self.listener.getsockname()[1])
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                conn.recv(65536)  # the request
+            with conn:
+                if self.mode == "silent":
+                    self.stop.wait(300)
+                for byte in self.greeting:
+                    conn.sendall(bytes([byte]))
+                    if self.stop.wait(2):
+                        return
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+def _smtp_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, port: int) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(
+        {"conn_type": "smtp", "host": "127.0.0.1", "port": port,
+         "extra": {"disable_ssl": True, "disable_tls": True, "from_email": "g@localhost"}}))
+
+
+@pytest.mark.parametrize("mode", ["silent", "drip"])
+def test_an_smtp_server_that_never_greets_fails_within_the_channels_deadline(
+        mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The provider's hook would wait 30 s per try and retry 5 times (about 180 s); a greeting
+    # sent a byte every 2 s resets every socket timeout, so it would never end.
+    server = SlowServer(mode, greeting=b"220 mail.example ESMTP at your service\r\n" * 10)
+    _smtp_connection(monkeypatch, "delivery_smtp_slow", server.start())
+    channel = EmailChannel("email", "delivery_smtp_slow", ("oncall@example.com",),
+                           timeout_s=4)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ChannelError) as raised:
+            channel.send(Message("s", "text"))
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert str(raised.value) == "channel email: the SMTP server did not answer within 4 s"
+    assert took < 4 + 10, took  # the deadline, and a generous margin
+    assert server.accepted == 1  # no retry once the time is up
+
+
+def test_a_silent_slack_endpoint_fails_within_the_channels_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without a timeout the Slack client waits 30 s per try, and retries a connection error.
+    server = SlowServer("silent")
+    port = server.start()
+    _slack_connection(monkeypatch, "delivery_slack_silent", f"http://127.0.0.1:{port}",
+                      f"/services/T000/B000/{SECRET}")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ChannelError) as raised:
+            SlackChannel("slack", "delivery_slack_silent", timeout_s=3).send(Message("s", "x"))
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert str(raised.value) == "channel slack: Slack webhook did not answer within 3 s"
+    assert took < 3 + 10, took
+    assert server.accepted == 1
+
+
+def test_a_slack_endpoint_that_drips_over_https_is_cut_at_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each byte comes within the client's socket timeout: only the deadline cuts the answer.
+    cert, key = self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    server = SlowServer("drip", greeting=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                        tls=context)
+    port = server.start()
+    _slack_connection(monkeypatch, "delivery_slack_drip", f"https://localhost:{port}",
+                      f"/services/T000/B000/{SECRET}")
+    try:
+        started = time.monotonic()
+        with pytest.raises(ChannelError) as raised:
+            SlackChannel("slack", "delivery_slack_drip", timeout_s=5).send(Message("s", "x"))
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert str(raised.value) == "channel slack: Slack webhook did not answer within 5 s"
+    assert took < 5 + 10, took
+
+
+def test_a_channels_timeout_comes_from_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = load_rules_text(
+        "channels:\n"
+        "  - {name: hook, kind: webhook, connection: delivery_t_hook, timeout: 4s}\n"
+        "  - {name: slack, kind: slack, connection: delivery_t_slack}\n"
+        "  - {name: email, kind: email, connection: delivery_t_smtp, to: [a@b.c],"
+        " timeout: 1m}\n", "rules.yaml")
+    monkeypatch.setenv("AIRFLOW_CONN_DELIVERY_T_HOOK",
+                       json.dumps({"conn_type": "http", "password": "http://127.0.0.1:9/x"}))
+    _slack_connection(monkeypatch, "delivery_t_slack", "http://127.0.0.1:9", "/services/T/B/C")
+    _smtp_connection(monkeypatch, "delivery_t_smtp", 9)
+    assert build_channels(rules).channels == {
+        "hook": WebhookChannel("hook", "http://127.0.0.1:9/x", 4.0),
+        "slack": SlackChannel("slack", "delivery_t_slack", 10.0),
+        "email": EmailChannel("email", "delivery_t_smtp", ("a@b.c",), "g@localhost", 60.0)}
+
+
+# --- hostile names, as each channel receives them ----------------------------------------
+
+FORGED = "[RESOLVED] cluster prod, group payments: STOPPED is over"
+HOSTILE = f"payments\n{FORGED}\u202eevil"
+
+
+def _hostile_message() -> Message:
+    """A group whose id forges a line and reverses the text, with a member whose client id
+    is 10,000 characters long."""
+    at = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+    incident = Incident(
+        incident_id="i-1", fingerprint="f-1", rule="group_err", severity="critical",
+        cluster="prod", group_id=HOSTILE, topic="", state="firing", started_at=at,
+        last_seen_at=at, evaluated_at=at, value=3, threshold=0,
+        details={"condition": "group_status_err", "stop_partitions": 3, "partitions": 3,
+                 "member_count": 1, "state": "Stable", "worst_topic": HOSTILE,
+                 "worst_partition": 0, "worst_reason": "no commit",
+                 "causes": [{"title": "member crashed",
+                             "evidence": f"member m-1 (client {'c' * 10_000}, host "
+                                         f"{HOSTILE}) left without a LeaveGroup"}]},
+        firing_at=at)
+    return single(Undelivered(incident, "firing", "hook", 0), "http://grafana")
+
+
+def _assert_not_forged(text: str) -> None:
+    assert not any(line.startswith(FORGED) for line in text.splitlines()), text
+    assert "\u202e" not in text and "\\u202e" in text
+    assert "c" * 1001 not in text  # the client id is cut
+
+
+def test_a_hostile_name_reaches_the_webhook_escaped_in_its_text_and_raw_in_its_fields() -> None:
+    catcher = WebhookCatcher()
+    catcher.start()
+    try:
+        WebhookChannel("hook", catcher.url).send(_hostile_message())
+    finally:
+        catcher.stop()
+    [body] = catcher.bodies
+    _assert_not_forged(body["text"])
+    assert "\n" not in body["subject"] and "\u202e" not in body["subject"]
+    assert body["group"] == HOSTILE  # the structured field: raw, JSON-escaped
+
+
+def test_a_hostile_name_reaches_slack_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    slack = WebhookCatcher()
+    slack.start()
+    _slack_connection(monkeypatch, "delivery_slack_hostile", f"http://127.0.0.1:{slack.port}",
+                      f"/services/T000/B000/{SECRET}")
+    try:
+        SlackChannel("slack", "delivery_slack_hostile").send(_hostile_message())
+    finally:
+        slack.stop()
+    [text] = slack.texts
+    _assert_not_forged(text)
+
+
+def test_a_hostile_name_reaches_the_mailbox_escaped(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    mail = MailCatcher(tmp_path / "mail")
+    mail.start()
+    monkeypatch.setenv(*mail.connection("delivery_smtp_hostile", "oncall@example.com"))
+    try:
+        EmailChannel("email", "delivery_smtp_hostile", ("oncall@example.com",)).send(
+            _hostile_message())
+    finally:
+        mail.stop()
+    [received] = mail.mails()
+    subject = str(received["Subject"])
+    assert "\n" not in subject and "\u202e" not in subject and "payments\\n[RESOLVED]" in subject
+    assert len(subject) <= SUBJECT_LIMIT
+    body = received.get_body(preferencelist=("html",))
+    assert body is not None
+    _assert_not_forged(html.unescape(body.get_content()))
+
+
+@pytest.mark.parametrize("kind", ["webhook", "slack"])
+def test_a_text_longer_than_slack_accepts_is_cut_to_its_limit(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    catcher = WebhookCatcher()
+    catcher.start()
+    _slack_connection(monkeypatch, "delivery_slack_long", f"http://127.0.0.1:{catcher.port}",
+                      f"/services/T000/B000/{SECRET}")
+    channel: WebhookChannel | SlackChannel = (
+        WebhookChannel("hook", catcher.url) if kind == "webhook"
+        else SlackChannel("slack", "delivery_slack_long"))
+    try:
+        channel.send(Message("s", "\n".join(f"line {n} <&>" for n in range(20_000))))
+    finally:
+        catcher.stop()
+    [text] = catcher.texts
+    assert len(text) <= SLACK_TEXT_LIMIT and text.startswith("line 0 &lt;&amp;&gt;\n")
+    assert text.endswith("(cut: the message is longer than 40,000 characters)")

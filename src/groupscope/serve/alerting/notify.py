@@ -15,6 +15,13 @@ Texts say what is wrong, how long, how bad, and what to open next::
     12 of 12 partitions have not moved for 1 m 10 s; lag 48,112 records (about 6 m 40 s).
     Members: 0 (Empty since 12:03:10Z).
     Dashboard: <link>. Runbook: <line>.
+
+Names (a cluster, group id, topic, client id, member id, host) come from Kafka and are chosen by
+whoever creates a group: they enter a text only through ``safe_text.shown`` (the incident's own
+names) or ``_facts`` (its details, every string of them), escaped and cut, so a newline in a
+group id cannot forge a line of the message, nor a bidi control reorder it
+(``groupscope.serve.alerting.safe_text``). The webhook's structured fields
+(``incident_fields``) keep them raw.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from groupscope.serve.alerting import causes
 from groupscope.serve.alerting.channels import Channel, ChannelError, Message
 from groupscope.serve.alerting.incidents import Incident, Undelivered, is_unknown_notice
 from groupscope.serve.alerting.rules import BELOW_CONDITIONS, RuleSet
+from groupscope.serve.alerting.safe_text import TEXT_LIMIT, shown, shown_values
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +95,20 @@ def dashboard_link(base: str, incident: Incident) -> str:
 
 
 def subject_of(incident: Incident) -> str:
-    where = f"cluster {incident.cluster}"
-    return f"{where}, group {incident.group_id}" if incident.group_id else where
+    where = f"cluster {shown(incident.cluster)}"
+    return f"{where}, group {shown(incident.group_id)}" if incident.group_id else where
+
+
+def _facts(incident: Incident) -> dict[str, Any]:
+    """The incident's details as a text quotes them: every string escaped and cut (they hold
+    names from Kafka, and texts that quote them: errors, a cause's evidence)."""
+    facts: dict[str, Any] = shown_values(incident.details, TEXT_LIMIT)
+    return facts
 
 
 def headline(incident: Incident) -> str:
     """What is wrong, in a word or a few (upper case for the states an on-call pages on)."""
-    d, condition = incident.details, incident.details.get("condition", "")
+    d, condition = _facts(incident), incident.details.get("condition", "")
     if condition == "group_status_err" and d.get("coordinator_down"):
         return "COORDINATOR DOWN (it can neither commit nor rebalance)"
     if condition == "group_status_err":
@@ -118,7 +133,7 @@ def headline(incident: Incident) -> str:
         "quality_gate_failed": "quality gate FAILED",
         "analytics_stale": "analytics STALE (alerts on groups cannot be judged)",
         "task_failed": f"task {d.get('dag_id')}.{d.get('task_id')} FAILED",
-        "channel_failing": f"alert channel {d.get('channel') or incident.topic} FAILING",
+        "channel_failing": f"alert channel {d.get('channel') or shown(incident.topic)} FAILING",
         "rules_invalid": "rules file INVALID (the last valid rules are in use)",
     }.get(condition, f"{incident.rule} {incident.value:g} "
                      f"{'<' if condition in BELOW_CONDITIONS else '>'} {incident.threshold:g}")
@@ -137,7 +152,7 @@ def _size(value: Any) -> str:
 
 def _loss_lines(incident: Incident) -> list[str]:
     """Which partition loses first, when, why: the topic's retention and the two rates."""
-    d = incident.details
+    d = _facts(incident)
     where = f"{d.get('loss_topic')}[{d.get('loss_partition')}]"
     retention_ms = d.get("loss_retention_ms")
     by_age = ("?" if retention_ms is None else "unlimited" if retention_ms < 0
@@ -178,7 +193,7 @@ def _per_second(rate: Any) -> str:
 
 def detail_lines(incident: Incident) -> list[str]:
     """The facts behind the headline."""
-    d, condition = incident.details, incident.details.get("condition", "")
+    d, condition = _facts(incident), incident.details.get("condition", "")
     lag = f"lag {_count(d.get('lag'))} records"
     if d.get("time_lag_s") is not None:
         lag += (f" ({duration(d['time_lag_s'])} behind)" if d.get("time_lag_exact")
@@ -279,7 +294,8 @@ def detail_lines(incident: Incident) -> list[str]:
         return [f"Task {d.get('task_id')} of DAG {d.get('dag_id')} failed (run {d.get('run_id')}"
                 f", try {d.get('try_number')}, at {_clock(d.get('at'))}"
                 + (f"; failing since {_clock(since)}" if since and since != d.get("at") else "")
-                + f"): {_first_line_of(d.get('reason'))}"]
+                # the raw reason's first line: escaped first, a traceback would be one line
+                + f"): {shown(_first_line_of(incident.details.get('reason')), TEXT_LIMIT)}"]
     if condition == "channel_failing" and d.get("no_connection"):
         return [f"Alert channel {d.get('channel')} has no connection ({d['no_connection']}): "
                 f"{_count(d.get('undelivered'))} notification(s) routed to it since "
@@ -303,7 +319,7 @@ def cause_lines(incident: Incident) -> list[str]:
     """The "Likely cause" block: the probable causes the evaluation ranked for the incident
     (``groupscope.serve.alerting.causes``), best first; nothing for a condition they do not
     explain, or an incident evaluated before they existed."""
-    found = incident.details.get("causes")
+    found = _facts(incident).get("causes")
     if found is None or not causes.explains(str(incident.details.get("condition", ""))):
         return []
     if not found:
@@ -317,7 +333,7 @@ def cause_lines(incident: Incident) -> list[str]:
 
 def top_cause(incident: Incident) -> str | None:
     """The likeliest cause's title, if the evaluation found one."""
-    found = incident.details.get("causes") or []
+    found = _facts(incident).get("causes") or []
     return str(found[0]["title"]) if found else None
 
 
@@ -353,7 +369,7 @@ def _tag(notification: str) -> str:
 
 
 def _unknown_line(incident: Incident) -> str:
-    d = incident.details
+    d = _facts(incident)
     return (f"{headline(incident)} cannot be judged since {_clock(d.get('unknown_since'))}: "
             f"{d.get('unknown_why') or 'no data'}. It stays firing until there is evidence "
             "that it cleared.")
@@ -367,7 +383,8 @@ def _resolved_line(incident: Incident) -> str:
 
 
 def _now_line(incident: Incident) -> str:
-    d = incident.details.get("now") or incident.details
+    facts = _facts(incident)
+    d = facts.get("now") or facts
     if not incident.group_id:
         return ""
     return (f"Now: lag {_count(d.get('lag'))} records, {_count(d.get('member_count'))} "
@@ -415,7 +432,7 @@ def grouped(items: Sequence[Undelivered], dashboard: str,
             fired_too: frozenset[str] = frozenset()) -> Message:
     """Several incidents (one cluster, one channel, one kind) in one message."""
     tag = _tag(items[0].notification)
-    clusters = sorted({i.incident.cluster for i in items})
+    clusters = sorted({shown(i.incident.cluster) for i in items})
     where = f"cluster {clusters[0]}" if len(clusters) == 1 else f"clusters {', '.join(clusters)}"
     by_rule: dict[str, int] = {}
     for item in items:
@@ -424,7 +441,7 @@ def grouped(items: Sequence[Undelivered], dashboard: str,
     lines = [f"[{tag}] {where}: {len(items)} incidents ({summary})."]
     for item in items[:MAX_LISTED]:
         incident = item.incident
-        who = (f"group {incident.group_id}" if incident.group_id else
+        who = (f"group {shown(incident.group_id)}" if incident.group_id else
                "the collector" if incident.details.get("condition") in _COLLECTOR else
                "groupscope")
         if tag == "RESOLVED":
@@ -701,7 +718,8 @@ def heartbeat(cluster: str, now: datetime, every: timedelta, firing: Sequence[In
     absence is the alert (an outside dead man's switch expects one every ``every``)."""
     listed = "; ".join(f"{headline(i)} ({subject_of(i)})" for i in firing[:10])
     more = f" and {len(firing) - 10} more" if len(firing) > 10 else ""
-    text = (f"[HEARTBEAT] groupscope is alive: the alert rules of cluster {cluster} were "
+    name = shown(cluster)
+    text = (f"[HEARTBEAT] groupscope is alive: the alert rules of cluster {name} were "
             f"evaluated at {_clock(now.isoformat())}. Firing now: {len(firing)}"
             + (f" ({listed}{more})" if firing else "") + ".\n"
             f"The next heartbeat comes within {duration(every.total_seconds())}; if it does "
@@ -711,7 +729,7 @@ def heartbeat(cluster: str, now: datetime, every: timedelta, firing: Sequence[In
     fields = {"cluster": cluster, "evaluated_at": now.isoformat(), "firing": len(firing),
               "every_s": every.total_seconds(),
               "dedup_key": f"heartbeat:{cluster}:{now.isoformat()}"}
-    return Message(f"[HEARTBEAT] groupscope is alive: cluster {cluster}", text, [fields],
+    return Message(f"[HEARTBEAT] groupscope is alive: cluster {name}", text, [fields],
                    "heartbeat")
 
 
@@ -721,7 +739,7 @@ def warehouse_message(cluster: str, error: str | None, since: datetime, now: dat
     how its warehouse fails, "unreachable", "read-only", "disk full", ..., or "clock skew"),
     or that it can again (``error`` None). It is sent straight to every channel: the
     incidents and their deliveries live in the warehouse."""
-    key = f"warehouse:{cluster}:{since.isoformat()}"
+    key, name = f"warehouse:{cluster}:{since.isoformat()}", shown(cluster)
     if error is not None:
         if kind == "clock skew":
             what, title = "cannot evaluate its alert rules", "worker CLOCK SKEW"
@@ -734,17 +752,17 @@ def warehouse_message(cluster: str, error: str | None, since: datetime, now: dat
             check = ("Check the PostgreSQL server (a failover to a read-only replica, its disk, "
                      "its statement timeout, a migration not applied: groupscope warehouse "
                      "migrate) and the groupscope_warehouse connection.")
-        text = (f"[FIRING] cluster {cluster}: groupscope {what} (since "
-                f"{_clock(since.isoformat())}): {error}.\n"
+        text = (f"[FIRING] cluster {name}: groupscope {what} (since "
+                f"{_clock(since.isoformat())}): {shown(error, TEXT_LIMIT)}.\n"
                 "No alert rule can be evaluated and no incident delivered until it is back; "
                 f"snapshots keep landing and load once it is. {check}")
-        return Message(f"[FIRING] groupscope critical: cluster {cluster}: {title}", text,
+        return Message(f"[FIRING] groupscope critical: cluster {name}: {title}", text,
                        [{"cluster": cluster, "dedup_key": f"{key}:firing", "kind": kind,
                          "since": since.isoformat()}], "firing")
     lasted = duration((now - since).total_seconds())
-    text = (f"[RESOLVED] cluster {cluster}: groupscope evaluates its alert rules again, after "
+    text = (f"[RESOLVED] cluster {name}: groupscope evaluates its alert rules again, after "
             f"{lasted}. Alert evaluation and delivery resume; what the incidents owe is sent "
             "now.")
-    return Message(f"[RESOLVED] groupscope critical: cluster {cluster}: warehouse usable "
+    return Message(f"[RESOLVED] groupscope critical: cluster {name}: warehouse usable "
                    "again", text, [{"cluster": cluster, "dedup_key": f"{key}:resolved",
                                     "since": since.isoformat()}], "resolved")

@@ -123,6 +123,8 @@ MAX_THRESHOLD = 1e15
 # A rules file nests 6 levels (the document, rules, a rule, overrides, an override, its
 # labels); PyYAML composes nodes recursively, so a far deeper one ends in a RecursionError.
 MAX_DEPTH = 20
+# A channel's send deadline at most: the alert task is killed at 2 minutes.
+MAX_CHANNEL_TIMEOUT = timedelta(minutes=2)
 
 
 class RulesError(ValueError):
@@ -320,13 +322,16 @@ class Rule(_Strict):
 class Channel(_Strict):
     """Where notifications go, through an Airflow connection: ``webhook`` (any connection
     type, the URL in its password or host), ``slack`` (type ``slackwebhook``), ``email`` (type
-    ``smtp``; recipients in ``to``, else the connection's extra ``to``)."""
+    ``smtp``; recipients in ``to``, else the connection's extra ``to``). ``timeout``: the
+    deadline of one send, all told (None: the kind's default,
+    ``groupscope.serve.alerting.airflow_channels``)."""
 
     name: str
     kind: Literal["webhook", "slack", "email"]
     connection: str  # an Airflow connection id
     to: list[str] = Field(default_factory=list)
     from_email: str | None = None
+    timeout: Duration | None = None
 
     @field_validator("name")
     @classmethod
@@ -340,6 +345,13 @@ class Channel(_Strict):
         if not _CONNECTION_ID.match(value):
             raise ValueError("must be an Airflow connection id (letters, digits, '_', '-', "
                              "'.'); put a URL or a password in the connection, not here")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and not timedelta(0) < value <= MAX_CHANNEL_TIMEOUT:
+            raise ValueError("must be more than 0s and at most 2m")
         return value
 
     @field_validator("to", "from_email")
