@@ -608,3 +608,54 @@ def test_a_worker_clock_an_hour_ahead_evaluates_nothing_and_is_told(
                                    build_channels, EVERY, "http://grafana:3000", stack.outages)
     assert abs(datetime.fromisoformat(summary["evaluated_at"]) - datetime.now(UTC)) \
         < timedelta(seconds=60)
+
+
+TASK_FAILS = """
+import sys
+from types import SimpleNamespace
+
+sys.path.insert(0, sys.argv[1])
+from groupscope_airflow import GroupscopeAlertNotifier
+
+ti = SimpleNamespace(dag_id="groupscope_live_x", task_id="live_marts", run_id="manual-1",
+                     try_number=1)
+GroupscopeAlertNotifier().notify({"ti": ti, "params": {"cluster": sys.argv[2]},
+                                  "exception": RuntimeError("Spark Connect did not answer")})
+"""
+
+
+def test_a_task_failure_the_warehouse_cannot_record_is_told_straight_once(
+        stack: Stack, own_postgres: LocalPostgres, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # The failure callback of a task, in a process of its own as Airflow runs it, while the
+    # warehouse is read-only: ops.task_runs cannot take it, so nobody would hear it.
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "GROUPSCOPE_LANDING": str(tmp_path / "landing"),
+           "GROUPSCOPE_ALERT_LOG": str(stack.outages / "alerts.log"),
+           "GROUPSCOPE_ALERT_RULES": str(stack.rules),
+           "AIRFLOW_CONN_GROUPSCOPE_WAREHOUSE": own_postgres.url}
+    plugins = str(Path(__file__).resolve().parents[2] / "plugins")
+    stack.seed(0, {"payments": 0})
+    stack.evaluate(0)
+    _set_read_only(own_postgres, True)
+    try:
+        for _ in range(2):  # two failures of the outage: told once
+            subprocess.run([sys.executable, "-c", TASK_FAILS, plugins, stack.cluster],
+                           env=env, check=True, timeout=120, capture_output=True)
+        with pytest.raises(pipeline.StageFailed, match="read-only"):
+            stack.evaluate(30, snapshot=False)  # the alert task fails too: already told
+    finally:
+        _set_read_only(own_postgres, False)
+    got = stack.received()
+    assert len(got["webhook"]) == 1 and len(got["email"]) == 1, got
+    told = stack.webhook.texts[0]
+    assert told.startswith(f"[FIRING] cluster {stack.cluster}: groupscope cannot use its "
+                           "warehouse: it is read-only")
+    assert "task groupscope_live_x.live_marts failed and could not be recorded: Spark Connect " \
+        "did not answer" in told
+    stack.evaluate(60)
+    assert stack.received()["webhook"][-1].startswith(
+        f"[RESOLVED] cluster {stack.cluster}: groupscope evaluates its alert rules again")
