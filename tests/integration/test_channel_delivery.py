@@ -541,3 +541,17 @@ def test_a_text_longer_than_slack_accepts_is_cut_to_its_limit(
     [text] = catcher.texts
     assert len(text) <= SLACK_TEXT_LIMIT and text.startswith("line 0 &lt;&amp;&gt;\n")
     assert text.endswith("(cut: the message is longer than 40,000 characters)")
+
+
+def test_the_webhook_url_setting_stands_in_for_the_built_in_connection_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A dead man's switch whose connection is missing must not post "alive" (or incidents) to
+    # the incident webhook that GROUPSCOPE_ALERT_WEBHOOK_URL names.
+    for conn_id in ("GROUPSCOPE_ALERTS", "GROUPSCOPE_DEADMAN"):
+        monkeypatch.delenv(f"AIRFLOW_CONN_{conn_id}", raising=False)
+    rules = load_rules_text(
+        "channels:\n  - {name: webhook, kind: webhook, connection: groupscope_alerts}\n"
+        "  - {name: deadman, kind: webhook, connection: groupscope_deadman}\n", "rules.yaml")
+    built = build_channels(rules, "https://hooks.example/incidents")
+    assert set(built.channels) == {"webhook"}
+    assert built.skipped == {"deadman": "no connection groupscope_deadman with a URL"}

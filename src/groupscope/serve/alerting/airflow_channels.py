@@ -254,6 +254,10 @@ class BuiltChannels:
     unavailable: dict[str, str]
 
 
+# The built-in webhook channel's connection, for which GROUPSCOPE_ALERT_WEBHOOK_URL stands in.
+ALERTS_CONN_ID = "groupscope_alerts"
+
+
 def build_channels(rules: RuleSet, fallback_webhook_url: str | None = None) -> BuiltChannels:
     """The channels of ``rules`` as their Airflow connections give them."""
     built = BuiltChannels({}, {}, {})
@@ -265,13 +269,19 @@ def build_channels(rules: RuleSet, fallback_webhook_url: str | None = None) -> B
             continue
         if spec.kind == "webhook":
             url = _webhook_url(conn) if conn is not None else None
-            url = url or fallback_webhook_url
+            # The variable stands in for the built-in channel's connection only: a dead man's
+            # switch (or any other webhook) whose connection is missing must not post to the
+            # incident webhook instead.
+            fallback = fallback_webhook_url if spec.connection == ALERTS_CONN_ID else None
+            url = url or fallback
             if url:
                 built.channels[spec.name] = WebhookChannel(
                     spec.name, url, _timeout_s(spec, DEFAULT_TIMEOUT_S))
-            else:
+            elif spec.connection == ALERTS_CONN_ID:
                 built.skipped[spec.name] = (f"no connection {spec.connection} with a URL, and "
                                             "GROUPSCOPE_ALERT_WEBHOOK_URL is not set")
+            else:
+                built.skipped[spec.name] = f"no connection {spec.connection} with a URL"
             continue
         if conn is None:
             built.skipped[spec.name] = f"no connection {spec.connection}"
