@@ -179,6 +179,18 @@ def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: dat
     others pass or fail on their own: a torn file never holds up the backlog."""
     from groupscope import quality
 
+    passed, results = _gate(warehouse_url, landing, cluster, checked_at, max_snapshots, backlog)
+    if any(not r.success for r in results):
+        raise quality.QualityGateFailed(results)
+    return passed
+
+
+def _gate(warehouse_url: str, landing: Path, cluster: str, checked_at: datetime,
+          max_snapshots: int, backlog: timedelta) -> tuple[list[str], list[Any]]:
+    """``gate_landed`` without its raise: the ids that passed, and the suites' results (the
+    torn snapshots' aside: they are quarantined, not failed)."""
+    from groupscope import quality
+
     with _warehouse(warehouse_url) as engine:
         pending, torn_manifests = pending_snapshots(engine, landing, cluster, checked_at,
                                                     backlog)
@@ -200,16 +212,27 @@ def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: dat
             mark = quality.reject(snapshot, result)
             log.error("rejected landed snapshot %s (mark: %s):\n%s", snapshot.snapshot_id,
                       mark, result.summary())
-    if any(not r.success for r in results):
-        raise quality.QualityGateFailed(results)
-    return [s.snapshot_id for s in passed]
+    return [s.snapshot_id for s in passed], results
 
 
 def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str],
          now: datetime, backlog: timedelta = DEFAULT_BACKLOG) -> int:
     """Loads the given landed snapshots (ids from ``gate_landed``) into the warehouse, each in
-    one transaction; returns how many."""
-    from groupscope import warehouse
+    one transaction; returns how many.
+
+    A snapshot whose rows the warehouse refuses for their data (``warehouse.DataRefused``: a
+    NUL byte in a group id, a value out of range) is quarantined with the reason, kept as a
+    failed ``landed_files`` result (``quality_gate_failed`` tells the on-call), and the next
+    ones load: retried, it would fail the same way and, the oldest pending, hold up every
+    later load of the cluster. Any other error (unreachable, read-only, a lock not granted)
+    stops the load with everything not yet loaded still pending."""
+    return len(_load(warehouse_url, landing, cluster, snapshot_ids, now, backlog))
+
+
+def _load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str],
+          now: datetime, backlog: timedelta) -> list[str]:
+    """``load``; returns the ids loaded (those given, less the refused)."""
+    from groupscope import quality, warehouse
 
     wanted = set(snapshot_ids)
     found = [s for s in landed_snapshots(landing, cluster, now - backlog)
@@ -217,23 +240,43 @@ def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str
     missing = wanted - {s.snapshot_id for s in found}
     if missing:
         raise StageFailed(f"landed snapshot(s) not found under {landing}: {sorted(missing)}")
+    loaded: list[str] = []
+    refused: list[tuple[LandedSnapshot, quality.SuiteResult]] = []
     with _warehouse(warehouse_url) as engine:
         for snapshot in found:
-            warehouse.load_landed(engine, snapshot)
-    return len(found)
+            try:
+                warehouse.load_landed(engine, snapshot)
+            except warehouse.DataRefused as exc:
+                refused.append((snapshot, quality.refused(cluster, snapshot.snapshot_id,
+                                                          str(exc))))
+            else:
+                loaded.append(snapshot.snapshot_id)
+        if refused:
+            quality.record(engine, [r for _, r in refused], now)
+    for snapshot, result in refused:
+        folder = quarantine(landing, snapshot.path(MANIFEST_TABLE), result.failures[0].observed)
+        log.error("quarantined landed snapshot %s, whose rows the warehouse refused (in %s):"
+                  "\n%s", snapshot.snapshot_id, folder, result.summary())
+    return loaded
 
 
 def check_and_load(warehouse_url: str, landing: Path, cluster: str, now: datetime,
                    max_snapshots: int = DEFAULT_MAX_PER_RUN,
                    backlog: timedelta = DEFAULT_BACKLOG) -> list[str]:
     """The snapshot DAG's second step, in one task: ``gate_landed``, then ``load`` of what
-    passed (one task process fewer between a snapshot and its marts). A snapshot that fails
-    the gate loads nothing of that run (``QualityGateFailed``, raised before any load).
-    Returns the ids loaded. ``backlog``: how far back pending snapshots are looked for (the
-    DAG's day; ``groupscope warehouse load`` looks at the whole landing zone)."""
-    passed = gate_landed(warehouse_url, landing, cluster, now, max_snapshots, backlog)
-    load(warehouse_url, landing, cluster, passed, now, backlog)
-    return passed
+    passed (one task process fewer between a snapshot and its marts). Returns the ids loaded.
+    A snapshot that fails the gate is rejected alone: the others of the run that passed are
+    loaded first, then ``QualityGateFailed`` is raised (its ``loaded``: their ids), so the
+    task fails and the incident fires without holding back good data. ``backlog``: how far
+    back pending snapshots are looked for (the DAG's day; ``groupscope warehouse load`` looks
+    at the whole landing zone)."""
+    from groupscope import quality
+
+    passed, results = _gate(warehouse_url, landing, cluster, now, max_snapshots, backlog)
+    loaded = _load(warehouse_url, landing, cluster, passed, now, backlog)
+    if any(not r.success for r in results):
+        raise quality.QualityGateFailed(results, loaded)
+    return loaded
 
 
 def run_interval(start: datetime | None, end: datetime | None,
