@@ -459,13 +459,36 @@ def _committed_rows(warehouse_url: str, cluster: str, start: datetime, end: date
             {"c": cluster, "s": start, "e": end}).scalar_one())
 
 
-def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> None:
-    """Moves the live watermark to ``end`` (never back)."""
+class LiveReadNothing(StageFailed):
+    """A live run computed none of the snapshots loaded since the last one: the watermark
+    stays, so ``analytics_stale`` fires while the marts do not move."""
+
+
+def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> datetime:
+    """Moves the live watermark towards ``end`` (never back), but only over the snapshots
+    whose lag rows are in the marts (``warehouse.live.computed``): a run that read nothing
+    of its interval (a worker that cannot see the landing zone) must not say the marts are
+    fresh. Returns where the watermark now stands. Raises ``LiveReadNothing`` (logged as an
+    error) when it could not move over any loaded snapshot; a run that read only the first
+    ones moves it over those, and the next run computes the rest."""
     from groupscope import warehouse
     from groupscope.warehouse import live
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
-        live.record(conn, cluster, end, now)
+        first, through = live.computed(conn, cluster, end, LIVE_MAX_SPAN)
+        if first is not None and through <= first:
+            message = (f"the live marts of cluster {cluster!r} hold none of the snapshots "
+                       f"loaded from {first.isoformat()} to {end.isoformat()}: the job read "
+                       "none of their landed files (not visible where it ran?); the watermark "
+                       "stays, and analytics_stale fires while this lasts")
+            log.error(message)
+            raise LiveReadNothing(message)
+        live.record(conn, cluster, through, now)
+    if through < end:
+        log.warning("the live marts of cluster %r hold the snapshots before %s only (a later "
+                    "one's files were not read); the watermark stops there and the next run "
+                    "computes the rest", cluster, through.isoformat())
+    return through
 
 
 def live_rows(warehouse_url: str, cluster: str, start: datetime,
@@ -489,7 +512,11 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
     ``spark`` is typically a session of a long-lived Spark Connect server
     (``analyze.io.session(remote=...)``). Its cache is shared by all its sessions and outlives
     them, so what this run cached is released at the end (``clearCache``: a run of another
-    cluster at the same moment recomputes what it had cached; same rows)."""
+    cluster at the same moment recomputes what it had cached; same rows).
+
+    The watermark moves only over what the marts now hold (``record_live``); a run that read
+    none of its snapshots fails (``LiveReadNothing``) and leaves it where it was. The
+    summary's ``end`` is where it stands."""
     from groupscope.analyze.io import Interval
     from groupscope.analyze.jobs import JobArgs
 
@@ -506,8 +533,8 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
                             <= LIVE_SMALL_ROWS)
     finally:
         bounded(spark.catalog.clearCache, 30.0, "clearCache")
-    record_live(warehouse_url, cluster, end, now)
-    return {"cluster": cluster, "start": start.isoformat(), "end": end.isoformat(),
+    through = record_live(warehouse_url, cluster, end, now)
+    return {"cluster": cluster, "start": start.isoformat(), "end": through.isoformat(),
             "snapshots": snapshots, "rows": written}
 
 
