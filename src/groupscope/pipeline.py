@@ -134,22 +134,29 @@ def ingest(cluster: ClusterConfig, landing: Path, ingest_ts: datetime, timeout_s
     except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"offsets ingest of cluster {cluster.name!r} failed: {exc}") \
             from None
-    summary: dict[str, Any] = result.as_dict()
+    # The run's time goes with its summary: load_generations records the feed as of it.
+    summary: dict[str, Any] = {**result.as_dict(), "ingest_ts": ingest_ts.isoformat()}
     if not result.complete:
         log.warning("offsets ingest of %s is incomplete; what was read is landed and the next "
                     "run continues: %s", cluster.name, summary.get("incomplete"))
     return summary
 
 
-def load_generations(warehouse_url: str, landing: Path, cluster: str,
-                     now: datetime) -> dict[str, int]:
+def load_generations(warehouse_url: str, landing: Path, cluster: str, now: datetime,
+                     ingested: Mapping[str, Any] | None = None) -> dict[str, int]:
     """Loads the rebalances of the landed offsets-topic batches not loaded yet into
     ``raw.group_generations`` (what the rebalance-storm condition counts); returns how many
-    batches and rows."""
-    from groupscope.warehouse.generations import load_generations as load
+    batches and rows. ``ingested``: the summary of the ``ingest`` run before it, recorded
+    once its batches are loaded (``ops.offsets_feed``: what ``offsets_feed_stale`` reads)."""
+    from groupscope.warehouse import generations
 
     with _warehouse(warehouse_url) as engine:
-        return load(engine, landing, cluster, now).as_dict()
+        loaded = generations.load_generations(engine, landing, cluster, now).as_dict()
+        if ingested is not None:
+            generations.record_feed(engine, cluster,
+                                    datetime.fromisoformat(str(ingested["ingest_ts"])),
+                                    list(ingested.get("incomplete") or []))
+    return loaded
 
 
 def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
