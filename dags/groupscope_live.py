@@ -37,6 +37,9 @@ and nothing else:
   interval's rows;
 - the transforms are the hourly lag job's (`groupscope.analyze.jobs.lag_frames`), with the
   same windows, so a snapshot's rows are the same whichever of the two computed it.
+- the watermark then moves only over the snapshots whose rows are in the marts: a run that
+  read none of them (a worker that cannot see the landing zone) fails and leaves it, so
+  `analytics_stale` fires rather than reading fresh.
 
 It runs on the Spark Connect server of the `{connect}` connection (type `spark_connect`): no
 JVM starts per run. Without that connection it spark-submits the lag job over the same

@@ -29,7 +29,9 @@ Parquet batches under `{landing}/offsets_topic/`. A killed or repeated run neith
 duplicates an event. Needs read access to `__consumer_offsets` (Describe/Read on the topic).
 Then `load_generations` loads the rebalances landed (classic generations, consumer-group epochs)
 into `raw.group_generations`, which the rebalance-storm alert counts over its sliding window; a
-warehouse that is down is caught up by the next run.
+warehouse that is down is caught up by the next run. It records how far the feed has come
+(`ops.offsets_feed`): a paused DAG, or an ingest that stays incomplete, fires
+`offsets_feed_stale`.
 """
 
 
@@ -55,11 +57,11 @@ def offsets_dag(conn_id: str) -> None:
                                    run_timeout_s=15 * 60)
 
         @task
-        def load_generations() -> dict[str, int]:
+        def load_generations(ingested: dict[str, object]) -> dict[str, int]:
             return pipeline.load_generations(warehouse_url(), SETTINGS.landing, cluster,
-                                             datetime.now(UTC))
+                                             datetime.now(UTC), ingested)
 
-        ingest() >> load_generations()
+        load_generations(ingest())
 
     offsets()
 

@@ -116,17 +116,14 @@ def _load_backlog(args: argparse.Namespace) -> int:
     loaded, rejected = 0, 0
     try:
         for cluster in clusters:
-            # A run that rejects a snapshot loads nothing (the DAG's rule); the rejected are
-            # marked, so the next run of the gate passes over them and loads the rest.
-            while True:
-                try:
-                    loaded += len(pipeline.check_and_load(
-                        args.url, landing, cluster, datetime.now(UTC), sys.maxsize,
-                        ALL_LANDED))
-                    break
-                except quality.QualityGateFailed as exc:
-                    rejected += sum(not r.success for r in exc.results)
-                    print(f"cluster {cluster}: {exc}", file=sys.stderr)
+            # A run that rejects a snapshot loads the others and then says so.
+            try:
+                loaded += len(pipeline.check_and_load(
+                    args.url, landing, cluster, datetime.now(UTC), sys.maxsize, ALL_LANDED))
+            except quality.QualityGateFailed as exc:
+                loaded += len(exc.loaded)
+                rejected += sum(not r.success for r in exc.results)
+                print(f"cluster {cluster}: {exc}", file=sys.stderr)
     except pipeline.WarehouseUnreachable as exc:
         raise CliError(str(exc), EXIT_UNAVAILABLE) from None
     except pipeline.StageFailed as exc:

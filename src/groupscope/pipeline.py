@@ -177,22 +177,29 @@ def ingest(cluster: ClusterConfig, landing: Path, ingest_ts: datetime, timeout_s
     except (ConfigError, ClusterUnavailable) as exc:
         raise StageFailed(f"offsets ingest of cluster {cluster.name!r} failed: {exc}") \
             from None
-    summary: dict[str, Any] = result.as_dict()
+    # The run's time goes with its summary: load_generations records the feed as of it.
+    summary: dict[str, Any] = {**result.as_dict(), "ingest_ts": ingest_ts.isoformat()}
     if not result.complete:
         log.warning("offsets ingest of %s is incomplete; what was read is landed and the next "
                     "run continues: %s", cluster.name, summary.get("incomplete"))
     return summary
 
 
-def load_generations(warehouse_url: str, landing: Path, cluster: str,
-                     now: datetime) -> dict[str, int]:
+def load_generations(warehouse_url: str, landing: Path, cluster: str, now: datetime,
+                     ingested: Mapping[str, Any] | None = None) -> dict[str, int]:
     """Loads the rebalances of the landed offsets-topic batches not loaded yet into
     ``raw.group_generations`` (what the rebalance-storm condition counts); returns how many
-    batches and rows."""
-    from groupscope.warehouse.generations import load_generations as load
+    batches and rows. ``ingested``: the summary of the ``ingest`` run before it, recorded
+    once its batches are loaded (``ops.offsets_feed``: what ``offsets_feed_stale`` reads)."""
+    from groupscope.warehouse import generations
 
     with _warehouse(warehouse_url) as engine:
-        return load(engine, landing, cluster, now).as_dict()
+        loaded = generations.load_generations(engine, landing, cluster, now).as_dict()
+        if ingested is not None:
+            generations.record_feed(engine, cluster,
+                                    datetime.fromisoformat(str(ingested["ingest_ts"])),
+                                    list(ingested.get("incomplete") or []))
+    return loaded
 
 
 def pending_snapshots(engine: Any, landing: Path, cluster: str, now: datetime,
@@ -222,6 +229,18 @@ def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: dat
     others pass or fail on their own: a torn file never holds up the backlog."""
     from groupscope import quality
 
+    passed, results = _gate(warehouse_url, landing, cluster, checked_at, max_snapshots, backlog)
+    if any(not r.success for r in results):
+        raise quality.QualityGateFailed(results)
+    return passed
+
+
+def _gate(warehouse_url: str, landing: Path, cluster: str, checked_at: datetime,
+          max_snapshots: int, backlog: timedelta) -> tuple[list[str], list[Any]]:
+    """``gate_landed`` without its raise: the ids that passed, and the suites' results (the
+    torn snapshots' aside: they are quarantined, not failed)."""
+    from groupscope import quality
+
     with _warehouse(warehouse_url) as engine:
         pending, torn_manifests = pending_snapshots(engine, landing, cluster, checked_at,
                                                     backlog)
@@ -243,16 +262,27 @@ def gate_landed(warehouse_url: str, landing: Path, cluster: str, checked_at: dat
             mark = quality.reject(snapshot, result)
             log.error("rejected landed snapshot %s (mark: %s):\n%s", snapshot.snapshot_id,
                       mark, result.summary())
-    if any(not r.success for r in results):
-        raise quality.QualityGateFailed(results)
-    return [s.snapshot_id for s in passed]
+    return [s.snapshot_id for s in passed], results
 
 
 def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str],
          now: datetime, backlog: timedelta = DEFAULT_BACKLOG) -> int:
     """Loads the given landed snapshots (ids from ``gate_landed``) into the warehouse, each in
-    one transaction; returns how many."""
-    from groupscope import warehouse
+    one transaction; returns how many.
+
+    A snapshot whose rows the warehouse refuses for their data (``warehouse.DataRefused``: a
+    NUL byte in a group id, a value out of range) is quarantined with the reason, kept as a
+    failed ``landed_files`` result (``quality_gate_failed`` tells the on-call), and the next
+    ones load: retried, it would fail the same way and, the oldest pending, hold up every
+    later load of the cluster. Any other error (unreachable, read-only, a lock not granted)
+    stops the load with everything not yet loaded still pending."""
+    return len(_load(warehouse_url, landing, cluster, snapshot_ids, now, backlog))
+
+
+def _load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str],
+          now: datetime, backlog: timedelta) -> list[str]:
+    """``load``; returns the ids loaded (those given, less the refused)."""
+    from groupscope import quality, warehouse
 
     wanted = set(snapshot_ids)
     found = [s for s in landed_snapshots(landing, cluster, now - backlog)
@@ -260,23 +290,43 @@ def load(warehouse_url: str, landing: Path, cluster: str, snapshot_ids: list[str
     missing = wanted - {s.snapshot_id for s in found}
     if missing:
         raise StageFailed(f"landed snapshot(s) not found under {landing}: {sorted(missing)}")
+    loaded: list[str] = []
+    refused: list[tuple[LandedSnapshot, quality.SuiteResult]] = []
     with _warehouse(warehouse_url) as engine:
         for snapshot in found:
-            warehouse.load_landed(engine, snapshot)
-    return len(found)
+            try:
+                warehouse.load_landed(engine, snapshot)
+            except warehouse.DataRefused as exc:
+                refused.append((snapshot, quality.refused(cluster, snapshot.snapshot_id,
+                                                          str(exc))))
+            else:
+                loaded.append(snapshot.snapshot_id)
+        if refused:
+            quality.record(engine, [r for _, r in refused], now)
+    for snapshot, result in refused:
+        folder = quarantine(landing, snapshot.path(MANIFEST_TABLE), result.failures[0].observed)
+        log.error("quarantined landed snapshot %s, whose rows the warehouse refused (in %s):"
+                  "\n%s", snapshot.snapshot_id, folder, result.summary())
+    return loaded
 
 
 def check_and_load(warehouse_url: str, landing: Path, cluster: str, now: datetime,
                    max_snapshots: int = DEFAULT_MAX_PER_RUN,
                    backlog: timedelta = DEFAULT_BACKLOG) -> list[str]:
     """The snapshot DAG's second step, in one task: ``gate_landed``, then ``load`` of what
-    passed (one task process fewer between a snapshot and its marts). A snapshot that fails
-    the gate loads nothing of that run (``QualityGateFailed``, raised before any load).
-    Returns the ids loaded. ``backlog``: how far back pending snapshots are looked for (the
-    DAG's day; ``groupscope warehouse load`` looks at the whole landing zone)."""
-    passed = gate_landed(warehouse_url, landing, cluster, now, max_snapshots, backlog)
-    load(warehouse_url, landing, cluster, passed, now, backlog)
-    return passed
+    passed (one task process fewer between a snapshot and its marts). Returns the ids loaded.
+    A snapshot that fails the gate is rejected alone: the others of the run that passed are
+    loaded first, then ``QualityGateFailed`` is raised (its ``loaded``: their ids), so the
+    task fails and the incident fires without holding back good data. ``backlog``: how far
+    back pending snapshots are looked for (the DAG's day; ``groupscope warehouse load`` looks
+    at the whole landing zone)."""
+    from groupscope import quality
+
+    passed, results = _gate(warehouse_url, landing, cluster, now, max_snapshots, backlog)
+    loaded = _load(warehouse_url, landing, cluster, passed, now, backlog)
+    if any(not r.success for r in results):
+        raise quality.QualityGateFailed(results, loaded)
+    return loaded
 
 
 def run_interval(start: datetime | None, end: datetime | None,
@@ -481,13 +531,36 @@ def _committed_rows(warehouse_url: str, cluster: str, start: datetime, end: date
             {"c": cluster, "s": start, "e": end}).scalar_one())
 
 
-def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> None:
-    """Moves the live watermark to ``end`` (never back)."""
+class LiveReadNothing(StageFailed):
+    """A live run computed none of the snapshots loaded since the last one: the watermark
+    stays, so ``analytics_stale`` fires while the marts do not move."""
+
+
+def record_live(warehouse_url: str, cluster: str, end: datetime, now: datetime) -> datetime:
+    """Moves the live watermark towards ``end`` (never back), but only over the snapshots
+    whose lag rows are in the marts (``warehouse.live.computed``): a run that read nothing
+    of its interval (a worker that cannot see the landing zone) must not say the marts are
+    fresh. Returns where the watermark now stands. Raises ``LiveReadNothing`` (logged as an
+    error) when it could not move over any loaded snapshot; a run that read only the first
+    ones moves it over those, and the next run computes the rest."""
     from groupscope import warehouse
     from groupscope.warehouse import live
 
     with _warehouse(warehouse_url) as engine, warehouse.connect(engine) as conn, conn.begin():
-        live.record(conn, cluster, end, now)
+        first, through = live.computed(conn, cluster, end, LIVE_MAX_SPAN)
+        if first is not None and through <= first:
+            message = (f"the live marts of cluster {cluster!r} hold none of the snapshots "
+                       f"loaded from {first.isoformat()} to {end.isoformat()}: the job read "
+                       "none of their landed files (not visible where it ran?); the watermark "
+                       "stays, and analytics_stale fires while this lasts")
+            log.error(message)
+            raise LiveReadNothing(message)
+        live.record(conn, cluster, through, now)
+    if through < end:
+        log.warning("the live marts of cluster %r hold the snapshots before %s only (a later "
+                    "one's files were not read); the watermark stops there and the next run "
+                    "computes the rest", cluster, through.isoformat())
+    return through
 
 
 def live_rows(warehouse_url: str, cluster: str, start: datetime,
@@ -511,7 +584,11 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
     ``spark`` is typically a session of a long-lived Spark Connect server
     (``analyze.io.session(remote=...)``). Its cache is shared by all its sessions and outlives
     them, so what this run cached is released at the end (``clearCache``: a run of another
-    cluster at the same moment recomputes what it had cached; same rows)."""
+    cluster at the same moment recomputes what it had cached; same rows).
+
+    The watermark moves only over what the marts now hold (``record_live``); a run that read
+    none of its snapshots fails (``LiveReadNothing``) and leaves it where it was. The
+    summary's ``end`` is where it stands."""
     from groupscope.analyze.io import Interval
     from groupscope.analyze.jobs import JobArgs
 
@@ -528,8 +605,8 @@ def live_analytics(spark: Any, warehouse_url: str, landing: Path, cluster: str,
                             <= LIVE_SMALL_ROWS)
     finally:
         bounded(spark.catalog.clearCache, 30.0, "clearCache")
-    record_live(warehouse_url, cluster, end, now)
-    return {"cluster": cluster, "start": start.isoformat(), "end": end.isoformat(),
+    through = record_live(warehouse_url, cluster, end, now)
+    return {"cluster": cluster, "start": start.isoformat(), "end": through.isoformat(),
             "snapshots": snapshots, "rows": written}
 
 

@@ -186,6 +186,12 @@ def test_dag_test_runs_snapshot_analytics_quality_chain(
     assert ingest["state"] == "success", ingest["log"][-3000:]
     assert ingest["tasks"] == {"ingest": "success", "load_generations": "success"}
     assert (d.landing / "offsets_topic" / f"cluster={d.cluster}").is_dir()
+    with warehouse_engine.connect() as conn:
+        # The ingest's summary reached load_generations: the feed's run is recorded
+        # (offsets_feed_stale counts from it).
+        fed = conn.execute(text("SELECT complete_at, checked_at FROM ops.offsets_feed"
+                                " WHERE cluster = :c"), {"c": d.cluster}).one()
+    assert fed.complete_at == fed.checked_at is not None
 
     with warehouse_engine.connect() as conn:
         stamps = [r[0] for r in conn.execute(text(

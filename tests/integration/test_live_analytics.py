@@ -218,3 +218,42 @@ def test_live_dag_on_spark_connect_and_through_spark_submit(
         through = conn.execute(text("SELECT computed_through FROM ops.live_analytics"
                                     " WHERE cluster = :c"), {"c": cluster}).scalar_one()
     assert through == stamps[2] + timedelta(microseconds=1)
+
+
+def test_the_live_watermark_moves_only_over_the_snapshots_the_job_read(
+        kafka: KafkaCluster, spark: Any, postgres: LocalPostgres, warehouse_engine: Any,
+        tmp_path: Path) -> None:
+    """A worker that cannot see the landing zone computes nothing: the watermark stays (so
+    analytics_stale fires) and the run fails; one that sees all but the newest snapshot's
+    files moves the watermark up to that snapshot, and the next run computes it."""
+    cluster = f"blind{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "landing"
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    stamps = [base + timedelta(minutes=m) for m in (0, 1, 2)]
+    snapshots = _snapshots(kafka, root, cluster, stamps)
+    _load(warehouse_engine, snapshots)
+
+    def watermark() -> datetime | None:
+        with warehouse_engine.connect() as conn:
+            return conn.execute(text("SELECT computed_through FROM ops.live_analytics"
+                                     " WHERE cluster = :c"), {"c": cluster}).scalar_one_or_none()
+
+    blind = tmp_path / "not-the-landing"
+    blind.mkdir()
+    with pytest.raises(pipeline.LiveReadNothing, match="hold none of the snapshots"):
+        pipeline.live_analytics(spark, postgres.url, blind, cluster, datetime.now(UTC))
+    assert watermark() is None
+
+    newest = snapshots[-1].path("committed_offsets")
+    aside = tmp_path / "aside.parquet"
+    newest.rename(aside)  # the newest snapshot's offsets not visible to this run
+    summary = pipeline.live_analytics(spark, postgres.url, root, cluster, datetime.now(UTC))
+    assert summary["end"] == stamps[-1].isoformat()
+    assert watermark() == stamps[-1]
+
+    aside.rename(newest)
+    summary = pipeline.live_analytics(spark, postgres.url, root, cluster, datetime.now(UTC))
+    assert (summary["start"], summary["end"]) == (
+        stamps[-1].isoformat(), (stamps[-1] + timedelta(microseconds=1)).isoformat())
+    assert watermark() == stamps[-1] + timedelta(microseconds=1)
+    assert _snapshot_times(warehouse_engine, "partition_lag", cluster) == stamps

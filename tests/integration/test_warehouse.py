@@ -240,6 +240,86 @@ def test_torn_files_are_quarantined_and_reported_and_the_backlog_still_loads(
                                  " AND suite = 'landed_files'"), {"c": cluster}).scalar_one() == 3
 
 
+def _with_nul_group_ids(landed: LandedSnapshot) -> None:
+    """Rewrites a landed snapshot's group ids with a NUL byte in each (Kafka takes any string
+    as a group id; PostgreSQL's text cannot hold one), consistently in every table, so the
+    snapshot still passes the quality checks."""
+    for name in SCHEMAS:
+        data = pq.read_table(landed.path(name))
+        if "group_id" not in data.schema.names or not data.num_rows:
+            continue
+        index = data.schema.get_field_index("group_id")
+        ids = pa.array([None if g is None else f"{g}\x00nul" for g in
+                        data.column(index).to_pylist()], data.schema.field(index).type)
+        pq.write_table(data.set_column(index, data.schema.field(index), ids),
+                       landed.path(name))
+
+
+def test_a_snapshot_the_warehouse_refuses_is_quarantined_and_the_next_ones_load(
+        kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = unique("refused")
+    taken, landed = _landed_backlog(kafka, cluster, tmp_path, 3, pipeline.land_snapshot)
+    refused, *good = landed
+    _with_nul_group_ids(refused)
+    now = taken.snapshot_ts
+    ids = [s.snapshot_id for s in landed]
+    # A warehouse that refuses every write (read-only after a failover) is not the data's
+    # fault: nothing is quarantined, everything stays pending.
+    read_only = make_url(postgres.url).set(
+        query={"options": "-c default_transaction_read_only=on"}).render_as_string(False)
+    with pytest.raises(Exception, match="read-only"):
+        pipeline.load(read_only, tmp_path, cluster, ids, now)
+    # Nor is a writer that holds the rows too long: the load fails, the warehouse still
+    # writable (the refusal would be recorded, and the snapshots quarantined, were it taken
+    # for the data's).
+    monkeypatch.setattr(warehouse, "WRITER_LOCK_TIMEOUT", timedelta(seconds=0.3))
+    with psycopg.connect(postgres.url) as holder:
+        holder.execute("SELECT pg_advisory_lock(hashtext(%s))",
+                       (f"groupscope-writer:{cluster}:raw.snapshots",))
+        with pytest.raises(pipeline.StageFailed, match="another writer"):
+            pipeline.load(postgres.url, tmp_path, cluster, ids, now)
+    assert not (tmp_path / "_quarantine").exists()
+    assert all(s.path("snapshots").exists() for s in landed)
+
+    loaded = pipeline.check_and_load(postgres.url, tmp_path, cluster, now)
+    assert loaded == [s.snapshot_id for s in good]
+    assert [row[:2] for row in _dump(warehouse_engine, cluster)["snapshots"]] == [
+        (cluster, s.snapshot_ts) for s in good]
+    folder = tmp_path / "_quarantine" / f"cluster={cluster}" / refused.snapshot_id
+    reason = json.loads((folder / "reason.json").read_text())["reason"]
+    assert "refused" in reason and "NUL" in reason, reason
+    assert not refused.path("snapshots").exists()
+    with warehouse_engine.connect() as conn:
+        reported = conn.execute(text(
+            "SELECT subject, success, failures->0->>'observed' FROM ops.quality_results"
+            " WHERE cluster = :c AND suite = 'landed_files'"), {"c": cluster}).all()
+        failed = conn.execute(text("SELECT quality_gate_failed FROM serve.cluster_conditions"
+                                   " WHERE cluster = :c"), {"c": cluster}).scalar_one()
+    assert reported == [(refused.snapshot_id, False, reason)]
+    assert failed == 1  # quality_gate_failed names it to the on-call
+    # The next run has nothing left to retry: the backlog is not held up.
+    assert pipeline.check_and_load(postgres.url, tmp_path, cluster, now) == []
+
+
+def test_a_snapshot_failing_the_gate_is_rejected_alone_and_the_others_of_its_run_load(
+        kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
+        tmp_path: Path) -> None:
+    from groupscope import quality
+
+    cluster = unique("gate-one")
+    taken, landed = _landed_backlog(kafka, cluster, tmp_path, 3, pipeline.land_snapshot)
+    first, failing, last = landed
+    topics = pq.read_table(failing.path("topics"))
+    pq.write_table(pa.concat_tables([topics, topics]), failing.path("topics"))  # a duplicate
+    with pytest.raises(quality.QualityGateFailed, match="the 2 that passed were loaded") as info:
+        pipeline.check_and_load(postgres.url, tmp_path, cluster, taken.snapshot_ts)
+    assert info.value.loaded == [first.snapshot_id, last.snapshot_id]
+    assert [row[:2] for row in _dump(warehouse_engine, cluster)["snapshots"]] == [
+        (cluster, first.snapshot_ts), (cluster, last.snapshot_ts)]
+    assert quality.rejected_ids(tmp_path, cluster) == {failing.snapshot_id}
+
+
 def test_the_load_command_takes_an_old_backlog_through_the_same_gate(
         kafka: KafkaCluster, warehouse_engine: Engine, postgres: LocalPostgres,
         tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ BUILTINS = {  # name: (condition, severity, threshold, for)
     "task_failed": ("task_failed", "critical", 0, timedelta(0)),
     "channel_failing": ("channel_failing", "critical", 300, timedelta(0)),
     "rules_invalid": ("rules_invalid", "critical", 0, timedelta(0)),
+    "offsets_feed_stale": ("offsets_feed_stale", "warning", 1800, timedelta(0)),
 }
 
 
@@ -68,7 +69,8 @@ def test_the_builtin_rules_load_and_validate() -> None:
             for r in rules.rules} == BUILTINS
     assert set(CONDITIONS) == {c for c, *_ in BUILTINS.values()}
     assert set(CONDITIONS) >= CLUSTER_CONDITIONS >= SELF_CONDITIONS == {
-        "analytics_stale", "task_failed", "channel_failing", "rules_invalid"}
+        "analytics_stale", "task_failed", "channel_failing", "rules_invalid",
+        "offsets_feed_stale"}
     for rule in rules.rules:
         assert rule.enabled and rule.overrides == [] and rule.on_unknown == "keep"
         assert len(rule.runbook) > 60 and "\n" not in rule.runbook, rule.name

@@ -184,10 +184,11 @@ def test_every_enabled_rule_is_exported_and_the_disabled_ones_are_not(custom: Ru
 
 
 def test_groupscope_s_watch_over_itself_is_not_exported(custom: RuleSet) -> None:
-    """analytics_stale, task_failed, channel_failing and rules_invalid judge groupscope's own
-    evaluation: serve.alert_conditions has no rows for them, so a Grafana rule would never
-    fire. They are left out, built-in or not, and said to be."""
-    watch = {"analytics_stale", "task_failed", "channel_failing", "rules_invalid"}
+    """analytics_stale, task_failed, channel_failing, rules_invalid and offsets_feed_stale
+    judge groupscope's own evaluation and feeds: serve.alert_conditions has no rows for them,
+    so a Grafana rule would never fire. They are left out, built-in or not, and said to be."""
+    watch = {"analytics_stale", "task_failed", "channel_failing", "rules_invalid",
+             "offsets_feed_stale"}
     assert watch == SELF_CONDITIONS
     for rules, skipped in ((builtin_rules(), watch), (custom, watch | {"my_channel_watch"})):
         exported = grafana_rules(rules)

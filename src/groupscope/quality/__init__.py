@@ -20,7 +20,10 @@ Two suites:
 A landed snapshot whose manifest or a data file cannot be read is not a verdict on its data
 but a torn file: it is quarantined (``land.snapshots.quarantine``: moved out of the landing,
 with the reason) and kept as a failed result of a third suite, ``landed_files`` (the
-``quality_gate_failed`` condition reports it for a day), and the other snapshots go on.
+``quality_gate_failed`` condition reports it for a day), and the other snapshots go on. So is
+one that passed the checks but whose rows the warehouse refuses (``refused``: a value
+PostgreSQL cannot store, such as a NUL byte in a group id): loading it again would fail the
+same way, and it would hold up every later load of its cluster.
 
 Every run is kept in ``ops.quality_results`` (passed or not). The expectations themselves are
 plain data (``landed_checks``, ``mart_checks``) so they can be read and tested without GE.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +51,7 @@ LANDED_SUITE = "landed_snapshot"
 MARTS_SUITE = "marts"
 FILES_SUITE = "landed_files"
 _READABLE = "readable"
+_LOADABLE = "accepted_by_the_warehouse"
 
 # (GE expectation class name, its arguments); a ``row_condition`` is (column, value): only
 # the rows where the column equals the value are checked.
@@ -87,12 +91,14 @@ class SuiteResult:
 class QualityGateFailed(RuntimeError):
     """A suite failed: what it checked must not flow downstream."""
 
-    def __init__(self, results: list[SuiteResult]) -> None:
+    def __init__(self, results: list[SuiteResult], loaded: Sequence[str] = ()) -> None:
         failed = [r for r in results if not r.success]
+        passed = (f" (the {len(loaded)} that passed were loaded)" if loaded else "")
         super().__init__(
-            f"data quality gate failed for {len(failed)} of {len(results)} subject(s):\n"
-            + "\n".join(r.summary() for r in failed))
+            f"data quality gate failed for {len(failed)} of {len(results)} subject(s){passed}:"
+            "\n" + "\n".join(r.summary() for r in failed))
         self.results = results
+        self.loaded = list(loaded)  # the ids loaded in the same run (pipeline.check_and_load)
 
 
 # --- the landed-snapshot suite ------------------------------------------------------------
@@ -170,6 +176,13 @@ def unreadable(cluster: str, snapshot_id: str, reason: str) -> SuiteResult:
     """The result of a landed snapshot whose files cannot be read (``FILES_SUITE``)."""
     return SuiteResult(FILES_SUITE, cluster, snapshot_id, 1,
                        (Failure("*", _READABLE, {}, reason),))
+
+
+def refused(cluster: str, snapshot_id: str, reason: str) -> SuiteResult:
+    """The result of a landed snapshot whose rows the warehouse refused (``FILES_SUITE``:
+    quarantined like a torn one)."""
+    return SuiteResult(FILES_SUITE, cluster, snapshot_id, 1,
+                       (Failure("*", _LOADABLE, {}, reason),))
 
 
 def is_unreadable(result: SuiteResult) -> bool:

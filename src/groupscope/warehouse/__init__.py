@@ -50,6 +50,13 @@ class WarehouseUnavailable(RuntimeError):
     """The warehouse could not be reached. Landed data is kept; load it again later."""
 
 
+class DataRefused(RuntimeError):
+    """The warehouse refused rows for their data (a data exception or an integrity violation:
+    SQLSTATE classes 22 and 23, e.g. a NUL byte in a name, a value out of range, invalid text,
+    a duplicate key); nothing was written. Loading the same rows again fails the same way,
+    unlike a warehouse that is unreachable, read-only or busy (those stay other errors)."""
+
+
 class WriterBusy(RuntimeError):
     """Another writer kept the same rows longer than ``WRITER_LOCK_TIMEOUT``; nothing was
     written, and running again writes them."""
@@ -499,7 +506,24 @@ def _replace(engine: Engine, tables: list[tuple[str, str, pa.Table]], cluster: s
             conn.execute(
                 text(f"DELETE FROM {schema}.{name} WHERE cluster = :cluster AND {where}"), params,
             )
-            _copy(conn, f"{schema}.{name}", table)
+            with _refusals(f"{schema}.{name}"):
+                _copy(conn, f"{schema}.{name}", table)
+
+
+@contextmanager
+def _refusals(qualified_name: str) -> Iterator[None]:
+    """Turns the driver's refusal of a COPY's rows for their data into ``DataRefused`` naming
+    the table. psycopg raises it bare (the COPY runs on its cursor), as ``DataError`` or
+    ``IntegrityError``, whether the server refused a row or psycopg itself refused a value it
+    cannot send (a NUL byte in text)."""
+    import psycopg
+
+    try:
+        yield
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        state = f" ({exc.sqlstate})" if exc.sqlstate else ""
+        raise DataRefused(f"{qualified_name} refused the rows{state}: {reason}") from None
 
 
 def lock_writers(conn: Any, cluster: str, tables: Iterable[str]) -> None:

@@ -5,10 +5,16 @@ row per record, what the rebalance-storm condition counts over its sliding windo
 
 ``ops.offsets_loaded`` keeps, per partition of ``__consumer_offsets``, the next offset to load.
 Each batch is loaded with its position in one transaction, so a failed load or a warehouse that
-was down is caught up by the next call and no batch is loaded twice."""
+was down is caught up by the next call and no batch is loaded twice.
+
+``ops.offsets_feed`` keeps, per cluster, how far the feed has come (``record_feed``): the time
+of the newest ingest that read the whole topic to its end with every batch loaded, which the
+``offsets_feed_stale`` condition counts from."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -84,6 +90,27 @@ def load_generations(engine: Engine, landing: Path, cluster: str,
                 {"c": cluster, "p": batch.partition, "n": batch.next_offset, "at": now})
         rows += table.num_rows
     return GenerationsLoad(len(pending), rows)
+
+
+def record_feed(engine: Engine, cluster: str, ingest_ts: datetime,
+                incomplete: Sequence[Any]) -> None:
+    """Records an ingest run of ``ingest_ts`` whose batches are all loaded: complete (every
+    partition read to its end as of the run's start) when ``incomplete`` (the partitions it
+    did not finish, as its summary lists them) is empty. Never moves back (a late run of an
+    older ingest does not undo a newer)."""
+    from groupscope import warehouse
+
+    with warehouse.connect(engine) as conn, conn.begin():
+        conn.execute(text(
+            "INSERT INTO ops.offsets_feed (cluster, complete_at, checked_at, first_checked_at,"
+            " incomplete) VALUES (:c, :complete, :at, :at, CAST(:incomplete AS jsonb))"
+            " ON CONFLICT (cluster) DO UPDATE SET"
+            " complete_at = greatest(ops.offsets_feed.complete_at, excluded.complete_at),"
+            " incomplete = CASE WHEN excluded.checked_at >= ops.offsets_feed.checked_at"
+            "  THEN excluded.incomplete ELSE ops.offsets_feed.incomplete END,"
+            " checked_at = greatest(ops.offsets_feed.checked_at, excluded.checked_at)"),
+            {"c": cluster, "complete": None if incomplete else ingest_ts, "at": ingest_ts,
+             "incomplete": json.dumps(list(incomplete), default=str)})
 
 
 def _insert(conn: Any, table: pa.Table) -> None:

@@ -40,6 +40,31 @@ def next_interval(conn: Any, cluster: str,
     return first, newest + _EPSILON, int(count)
 
 
+def computed(conn: Any, cluster: str, end: datetime,
+             max_span: timedelta) -> tuple[datetime | None, datetime]:
+    """What the marts hold of the loaded snapshots the watermark could move over (those of
+    ``next_interval``'s span, up to ``end``): (the first of them, or None when there is none;
+    the end, exclusive, up to which every one that has committed partitions has its
+    ``mart.partition_lag`` rows). A snapshot without committed partitions has nothing to
+    compute and never holds the watermark back; one whose rows are missing (the live job did
+    not read it: its files not visible where the job ran, or landed after the job listed
+    them) does, and the ones after it."""
+    through = conn.execute(text("SELECT computed_through FROM ops.live_analytics"
+                                " WHERE cluster = :c"), {"c": cluster}).scalar_one_or_none()
+    since = end - _EPSILON - max_span
+    if through is not None:
+        since = max(since, through)
+    first, missing = conn.execute(text(
+        "SELECT min(snapshot_ts), min(snapshot_ts) FILTER (WHERE missing) FROM ("
+        " SELECT s.snapshot_ts, EXISTS (SELECT 1 FROM raw.committed_offsets c"
+        "   WHERE c.cluster = s.cluster AND c.snapshot_ts = s.snapshot_ts)"
+        "  AND NOT EXISTS (SELECT 1 FROM mart.partition_lag p"
+        "   WHERE p.cluster = s.cluster AND p.snapshot_ts = s.snapshot_ts) AS missing"
+        " FROM raw.snapshots s WHERE s.cluster = :c AND s.snapshot_ts >= :since"
+        " AND s.snapshot_ts < :end) loaded"), {"c": cluster, "since": since, "end": end}).one()
+    return first, missing if missing is not None else end
+
+
 def record(conn: Any, cluster: str, end: datetime, now: datetime) -> None:
     """Moves the watermark to ``end`` (never back: a late run does not undo a newer)."""
     conn.execute(text(

@@ -56,7 +56,8 @@ GROUP_CONDITIONS = (
 CLUSTER_CONDITIONS = ("collector_stale", "snapshot_incomplete", "quality_gate_failed")
 # groupscope's watch over its own parts (cluster subjects too; task_failed and channel_failing
 # name their task or channel in the subject's topic).
-SELF_CONDITIONS = ("analytics_stale", "task_failed", "channel_failing", "rules_invalid")
+SELF_CONDITIONS = ("analytics_stale", "task_failed", "channel_failing", "rules_invalid",
+                   "offsets_feed_stale")
 
 # How far back the quality-gate condition looks for the latest result of each suite.
 QUALITY_HORIZON = timedelta(hours=24)
@@ -165,6 +166,12 @@ SELECT (SELECT max(snapshot_ts) FROM raw.snapshots WHERE cluster = :cluster) AS 
          AS newest_status,
        (SELECT computed_through FROM ops.live_analytics WHERE cluster = :cluster)
          AS computed_through
+""")
+
+# How far the offsets-topic feed has come (ops.offsets_feed, groupscope.warehouse.generations).
+_OFFSETS_FEED = text("""
+SELECT complete_at, checked_at, first_checked_at, incomplete
+FROM ops.offsets_feed WHERE cluster = :cluster
 """)
 
 # Why a group with an open incident has no status row at the judged snapshot.
@@ -277,6 +284,8 @@ def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
                 "computed_through": _iso(analytics.computed_through),
                 "newest_status": _iso(analytics.newest_status),
                 "behind_s": behind[1], "snapshot_every_s": snapshot_every.total_seconds()}))
+    if "offsets_feed_stale" in wanted:
+        observations.append(_offsets_feed_observation(conn, cluster, now))
     if "task_failed" in wanted:
         observations += _task_observations(conn, cluster)
     if "channel_failing" in wanted:
@@ -287,6 +296,24 @@ def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
             "rules_invalid", cluster, "", 1.0 if me.rules_error else 0.0,
             {"error": me.rules_error, "source": me.rules_source}))
     return [o for o in observations if o.condition in wanted]
+
+
+def _offsets_feed_observation(conn: Any, cluster: str, now: datetime) -> Observation:
+    """Seconds since the offsets-topic feed was last whole in the warehouse (since its first
+    recorded run while none has been complete); unknown when no run was ever recorded (a
+    deployment without the offsets DAG, or before its first run)."""
+    row = conn.execute(_OFFSETS_FEED, {"cluster": cluster}).one_or_none()
+    if row is None:
+        return unknown("offsets_feed_stale", cluster, "",
+                       "no offsets-topic ingest of the cluster was ever recorded")
+    since = row.complete_at or row.first_checked_at
+    return Observation("offsets_feed_stale", cluster, "",
+                       max((now - since).total_seconds(), 0.0), {
+                           "complete_at": _iso(row.complete_at),
+                           "checked_at": _iso(row.checked_at),
+                           "incomplete": [{"partition": p.get("partition"),
+                                           "error": p.get("error")}
+                                          for p in (row.incomplete or [])[:5]]})
 
 
 def _analytics_behind(row: Any, snapshot_every: timedelta) -> tuple[float, float] | None:

@@ -135,6 +135,7 @@ def headline(incident: Incident) -> str:
         "task_failed": f"task {d.get('dag_id')}.{d.get('task_id')} FAILED",
         "channel_failing": f"alert channel {d.get('channel') or shown(incident.topic)} FAILING",
         "rules_invalid": "rules file INVALID (the last valid rules are in use)",
+        "offsets_feed_stale": f"offsets-topic feed STALE for {duration(incident.value)}",
     }.get(condition, f"{incident.rule} {incident.value:g} "
                      f"{'<' if condition in BELOW_CONDITIONS else '>'} {incident.threshold:g}")
 

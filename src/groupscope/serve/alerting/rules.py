@@ -90,6 +90,8 @@ CONDITIONS: Mapping[str, str] = {
     "channel_failing": "seconds an alert channel has been failing (its deliveries retried or "
                        "given up)",
     "rules_invalid": "1 while the rules file is invalid and the last valid rules are in use",
+    "offsets_feed_stale": "seconds since the offsets-topic feed (exact rebalance history) was "
+                          "last read to its end and loaded",
 }
 # The kinds that fire when their value is below the threshold (a time left), not above it.
 BELOW_CONDITIONS = frozenset({"loss_forecast_s"})
@@ -106,7 +108,7 @@ def breached(condition: str, value: float, threshold: float) -> bool:
 
 # groupscope's watch over its own evaluation and delivery (its own tasks, channels and rules).
 SELF_CONDITIONS = frozenset({"analytics_stale", "task_failed", "channel_failing",
-                             "rules_invalid"})
+                             "rules_invalid", "offsets_feed_stale"})
 # The kinds whose subject is the cluster: their group is '' (a group override never matches).
 CLUSTER_CONDITIONS = frozenset({"collector_stale", "snapshot_incomplete",
                                 "quality_gate_failed"}) | SELF_CONDITIONS
