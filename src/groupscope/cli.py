@@ -458,8 +458,8 @@ def _rules(path: str | None) -> Any:
 
 
 def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
+    from groupscope.serve.alerting.kinds import BELOW_KINDS
     from groupscope.serve.alerting.notify import duration
-    from groupscope.serve.alerting.rules import BELOW_CONDITIONS
 
     rules = _rules(args.file)
     print(f"{args.file}: OK: {len(rules.rules)} rules, {len(rules.channels)} channels, "
@@ -469,7 +469,7 @@ def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
     for rule in rules.rules:
         overrides = f", {len(rule.overrides)} override(s)" if rule.overrides else ""
         state = "" if rule.enabled else " (disabled)"
-        compared = "<" if rule.condition in BELOW_CONDITIONS else ">"
+        compared = "<" if rule.condition in BELOW_KINDS else ">"
         print(f"  {rule.name:<26} {rule.severity:<8} {rule.condition} {compared} "
               f"{rule.threshold:g} "
               f"for {duration(rule.for_.total_seconds())}{overrides}{state}")

@@ -501,7 +501,8 @@ def test_grafana_alert_conditions_equal_groupscopes_own(filled: Filled) -> None:
     groupscope's own evaluation reads (serve.group_conditions, serve.cluster_conditions): every
     group and cluster condition has the value observe() gives it, unknown ones excepted (no
     row: Grafana's NoData)."""
-    from groupscope.serve.alerting.conditions import CLUSTER_CONDITIONS, GROUP_CONDITIONS, observe
+    from groupscope.serve.alerting.conditions import observe
+    from groupscope.serve.alerting.kinds import COLLECTOR_KINDS, GROUP_KINDS
 
     engine = warehouse.engine_for(filled.url)
     try:
@@ -509,7 +510,7 @@ def test_grafana_alert_conditions_equal_groupscopes_own(filled: Filled) -> None:
             now = conn.exec_driver_sql("SELECT now()").scalar_one()
             # An unknown value is not a row of the view (Grafana's NoData).
             ours = {(o.group_id, o.condition): o.value for o in observe(
-                conn, filled.cluster, GROUP_CONDITIONS + CLUSTER_CONDITIONS, now,
+                conn, filled.cluster, GROUP_KINDS + COLLECTOR_KINDS, now,
                 timedelta(seconds=30)) if o.unknown is None}
             view = {(g, c): v for g, c, v in conn.exec_driver_sql(
                 "SELECT group_id, condition, value FROM serve.alert_conditions"

@@ -13,11 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from groupscope.serve.alerting.kinds import (
+    BELOW_KINDS,
+    BY_NAME,
+    CLUSTER_SUBJECT_KINDS,
+    COLLECTOR_KINDS,
+    GROUP_KINDS,
+    KINDS,
+    SELF_KINDS,
+)
 from groupscope.serve.alerting.rules import (
-    CLUSTER_CONDITIONS,
     CONDITIONS,
     MAX_DEPTH,
-    SELF_CONDITIONS,
     RulesError,
     RuleSet,
     builtin_rules,
@@ -68,7 +75,7 @@ def test_the_builtin_rules_load_and_validate() -> None:
     assert {r.name: (r.condition, r.severity, r.threshold, r.for_)
             for r in rules.rules} == BUILTINS
     assert set(CONDITIONS) == {c for c, *_ in BUILTINS.values()}
-    assert set(CONDITIONS) >= CLUSTER_CONDITIONS >= SELF_CONDITIONS == {
+    assert set(CONDITIONS) >= set(CLUSTER_SUBJECT_KINDS) >= set(SELF_KINDS) == {
         "analytics_stale", "task_failed", "channel_failing", "rules_invalid",
         "offsets_feed_stale"}
     for rule in rules.rules:
@@ -672,3 +679,18 @@ def test_a_time_left_holds_below_its_threshold_which_stays_below_the_horizon(
                               "      - {group: x, threshold: 604800}\n")
     assert "rule 'data_loss_forecast': override 1: field 'threshold'" in message, message
     assert "it would fire for every group" in message
+
+
+def test_every_condition_kind_is_defined_once_with_a_subject_and_a_headline() -> None:
+    # One registry: the subjects partition the kinds, and the rules, the observations and the
+    # messages read the same table.
+    names = [k.name for k in KINDS]
+    assert len(names) == len(set(names)) == len(CONDITIONS)
+    assert sorted(GROUP_KINDS + COLLECTOR_KINDS + SELF_KINDS) == sorted(names)
+    assert set(CLUSTER_SUBJECT_KINDS) == set(COLLECTOR_KINDS) | set(SELF_KINDS)
+    assert {"loss_forecast_s"} == BELOW_KINDS
+    for kind in KINDS:
+        assert kind.meaning and kind.headline, kind.name
+        assert CONDITIONS[kind.name] == BY_NAME[kind.name].meaning
+    # The view holds a column per group kind: conditions reads each by its name.
+    assert "lag_records" in GROUP_KINDS and "collector_stale" in COLLECTOR_KINDS

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from groupscope.serve.alerting.rules import SELF_CONDITIONS, RuleSet, builtin_rules, load_rules
+from groupscope.serve.alerting.kinds import SELF_KINDS
+from groupscope.serve.alerting.rules import RuleSet, builtin_rules, load_rules
 from groupscope.serve.grafana import DATASOURCE_TYPE, DATASOURCE_UID
 from groupscope.serve.grafana.alerting import (
     EXPR_UID,
@@ -172,7 +173,7 @@ def test_every_enabled_rule_is_exported_and_the_disabled_ones_are_not(custom: Ru
         names = {r.variant.rule.name for r in grafana_rules(rules)}
         enabled = {r.name for r in rules.rules
                    if (r.enabled or any(o.enabled for o in r.overrides))
-                   and r.condition not in SELF_CONDITIONS}
+                   and r.condition not in SELF_KINDS}
         assert names == enabled
     assert "rebalance_storm" not in {r.variant.rule.name for r in grafana_rules(custom)}
     assert {"payments_lag_seconds", "quoted_group"} <= {
@@ -180,7 +181,7 @@ def test_every_enabled_rule_is_exported_and_the_disabled_ones_are_not(custom: Ru
     # The built-ins, one Grafana rule each (no overrides), uid from the name.
     assert sorted(r.uid for r in grafana_rules(builtin_rules())) == sorted(
         f"groupscope-{r.name}" for r in builtin_rules().rules
-        if r.condition not in SELF_CONDITIONS)
+        if r.condition not in SELF_KINDS)
 
 
 def test_groupscope_s_watch_over_itself_is_not_exported(custom: RuleSet) -> None:
@@ -189,7 +190,7 @@ def test_groupscope_s_watch_over_itself_is_not_exported(custom: RuleSet) -> None
     so a Grafana rule would never fire. They are left out, built-in or not, and said to be."""
     watch = {"analytics_stale", "task_failed", "channel_failing", "rules_invalid",
              "offsets_feed_stale"}
-    assert watch == SELF_CONDITIONS
+    assert watch == set(SELF_KINDS)
     for rules, skipped in ((builtin_rules(), watch), (custom, watch | {"my_channel_watch"})):
         exported = grafana_rules(rules)
         assert not {r.variant.rule.condition for r in exported} & watch
@@ -222,7 +223,7 @@ def test_overrides_are_honoured_subject_by_subject(custom: RuleSet) -> None:
     to it (none when an override disables it), with the values Rule.effective gives it."""
     exported = grafana_rules(custom)
     for rule in custom.rules:
-        if rule.condition in SELF_CONDITIONS:
+        if rule.condition in SELF_KINDS:
             continue  # not exported (test_groupscope_s_watch_over_itself_is_not_exported)
         mine = [r for r in exported if r.variant.rule.name == rule.name]
         for cluster in CLUSTERS:

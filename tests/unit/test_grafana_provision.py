@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from groupscope.cli import main
-from groupscope.serve.alerting.rules import SELF_CONDITIONS, builtin_rules
+from groupscope.serve.alerting.kinds import SELF_KINDS
+from groupscope.serve.alerting.rules import builtin_rules
 from groupscope.serve.grafana import DASHBOARDS, DATASOURCE_TYPE, DATASOURCE_UID, READER_ROLE
 from groupscope.serve.grafana.dashboards import build_all, render
 from groupscope.serve.grafana.provision import Warehouse, write_tree
@@ -108,7 +109,7 @@ def test_the_alerting_file_has_the_rules_paused_and_the_channels(tree: Path) -> 
     assert group["folder"] == "groupscope" and group["interval"] == "1m"
     # groupscope's watch over itself (analytics_stale, task_failed, ...) is not Grafana's.
     assert {r["labels"]["groupscope_rule"] for r in group["rules"]} == {
-        r.name for r in builtin_rules().rules if r.condition not in SELF_CONDITIONS}
+        r.name for r in builtin_rules().rules if r.condition not in SELF_KINDS}
     assert all(r["isPaused"] for r in group["rules"])
     assert {c["name"] for c in alerting["contactPoints"]} == {
         "groupscope", "groupscope-webhook", "groupscope-slack", "groupscope-email"}

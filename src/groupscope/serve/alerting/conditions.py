@@ -27,7 +27,7 @@ A value is a number or **unknown** (``Observation.unknown`` says why), never a g
 A group with an open incident that two complete snapshots in a row no longer list was deleted:
 it is not returned, and its incidents resolve.
 
-groupscope also watches itself (``SELF_CONDITIONS``): how far the analytics are behind the
+groupscope also watches itself (``kinds.SELF_KINDS``): how far the analytics are behind the
 snapshots, its own tasks' latest outcome, alert channels that keep failing, and a rules file
 that is invalid.
 """
@@ -44,20 +44,9 @@ from typing import Any
 from sqlalchemy import text
 
 from groupscope.serve.alerting import causes
+from groupscope.serve.alerting.kinds import BY_NAME, COLLECTOR_KINDS, GROUP_KINDS
 
 log = logging.getLogger(__name__)
-
-# The condition kinds, by subject.
-GROUP_CONDITIONS = (
-    "group_status_err", "partition_rewind", "lag_seconds", "lag_records",
-    "lag_beyond_retention", "group_empty_lag_growing", "rebalances_per_hour", "rebalance_stuck",
-    "loss_forecast_s",
-)
-CLUSTER_CONDITIONS = ("collector_stale", "snapshot_incomplete", "quality_gate_failed")
-# groupscope's watch over its own parts (cluster subjects too; task_failed and channel_failing
-# name their task or channel in the subject's topic).
-SELF_CONDITIONS = ("analytics_stale", "task_failed", "channel_failing", "rules_invalid",
-                   "offsets_feed_stale")
 
 # How far back the quality-gate condition looks for the latest result of each suite.
 QUALITY_HORIZON = timedelta(hours=24)
@@ -265,14 +254,14 @@ def observe(conn: Any, cluster: str, conditions: Iterable[str], now: datetime,
     observations: list[Observation] = []
     analytics = conn.execute(_ANALYTICS, {"cluster": cluster}).one()
     behind = _analytics_behind(analytics, snapshot_every)
-    if wanted & set(GROUP_CONDITIONS):
+    if wanted & set(GROUP_KINDS):
         stale = None
         if behind is not None and behind[0] > stale_intervals:
             stale = (f"the analytics are {_seconds(behind[1])} behind the newest snapshot "
                      f"({_iso(analytics.newest_loaded)}): the status rows are frozen")
-        observations += _group_observations(conn, cluster, wanted & set(GROUP_CONDITIONS),
+        observations += _group_observations(conn, cluster, wanted & set(GROUP_KINDS),
                                             set(open_groups), stale, holds, snapshot_every)
-    if wanted & set(CLUSTER_CONDITIONS):
+    if wanted & set(COLLECTOR_KINDS):
         observations += _cluster_observations(conn, cluster, wanted, now, snapshot_every)
     if "analytics_stale" in wanted:
         if behind is None:
@@ -345,16 +334,16 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
     by_group: dict[str, list[Observation]] = {}
     for row in rows:
         details = _group_details(row)
-        values = {kind: row[kind] for kind in GROUP_CONDITIONS}
+        values = {kind: row[kind] for kind in GROUP_KINDS}
         if stale is None and (values["group_status_err"] or values["group_empty_lag_growing"]):
             details.update(_stopped_since(conn, cluster, row["group_id"], row["snapshot_ts"]))
         for kind, value in values.items():
             if stale is not None:
                 observations.append(unknown(kind, cluster, row["group_id"], stale, details))
             elif value is None:
-                observations.append(unknown(kind, cluster, row["group_id"], _NULL_REASON.get(
-                    kind, f"no {kind} value at the snapshot of {details['snapshot_ts']}"),
-                    details))
+                observations.append(unknown(kind, cluster, row["group_id"], BY_NAME[kind].unknown
+                                            or f"no {kind} value at the snapshot of "
+                                               f"{details['snapshot_ts']}", details))
             else:
                 observations.append(Observation(kind, cluster, row["group_id"], float(value),
                                                 details))
@@ -426,14 +415,6 @@ def _explained(conn: Any, cluster: str, observations: list[Observation],
             if (o.group_id, o.condition) in ranked else o for o in observations]
 
 
-_NULL_REASON = {
-    "lag_seconds": "its time lag cannot be computed (no record timestamp at the committed "
-                   "offsets, and too little high-watermark history to estimate it)",
-    "lag_records": "its lag cannot be computed (no committed offset or high watermark)",
-    "lag_beyond_retention": "its lag cannot be computed (no committed offset or log start)",
-    "loss_forecast_s": "its loss forecast cannot be computed for some partition (no rates yet, "
-                       "a gap in the snapshots, or its topic's retention settings not read)",
-}
 
 
 def _without_coordinator(conn: Any, cluster: str, wanted: set[str], at: datetime,
@@ -479,7 +460,7 @@ def _without_coordinator(conn: Any, cluster: str, wanted: set[str], at: datetime
             Observation(kind, cluster, group_id, 1.0, details)
             if judged and kind == "group_status_err"
             else unknown(kind, cluster, group_id, why, details)
-            for kind in GROUP_CONDITIONS if kind in wanted]
+            for kind in GROUP_KINDS if kind in wanted]
     return hidden
 
 

@@ -4,7 +4,7 @@ incidents and the time); ``groupscope.serve.alerting.store`` keeps them in the w
 Lifecycle of one fingerprint (rule, cluster, group, topic):
 
 - the rule's value is past its threshold (above it; below it for a time left, see
-  ``rules.BELOW_CONDITIONS``): a **pending** incident starts; it turns **firing**
+  ``kinds.BELOW_KINDS``): a **pending** incident starts; it turns **firing**
   once the condition has held for the rule's ``for`` (at once when ``for`` is 0). Firing owes
   every routed channel a ``firing`` notification, once.
 - while it stays firing, a ``repeat-N`` notification is owed every ``repeat_interval``.

@@ -39,7 +39,8 @@ from groupscope.kafka.adapter import OFFSETS_TOPIC
 from groupscope.serve.alerting import causes
 from groupscope.serve.alerting.channels import Channel, ChannelError, Message
 from groupscope.serve.alerting.incidents import Incident, Undelivered, is_unknown_notice
-from groupscope.serve.alerting.rules import BELOW_CONDITIONS, RuleSet
+from groupscope.serve.alerting.kinds import BY_NAME
+from groupscope.serve.alerting.rules import RuleSet
 from groupscope.serve.alerting.safe_text import TEXT_LIMIT, shown, shown_values
 
 log = logging.getLogger(__name__)
@@ -115,29 +116,21 @@ def headline(incident: Incident) -> str:
         # STOP: nobody commits (the group is empty, or its progress stopped as a whole while
         # its members are still listed); STALL: members are there, some partitions are not.
         return "STOPPED" if (d.get("stop_partitions") or 0) > 0 else "STALLED"
-    return {
-        "partition_rewind": "REWIND (committed offsets moved back)",
-        "lag_seconds": f"lag {duration(incident.value)} behind",
-        "lag_records": f"lag {_count(incident.value)} records",
-        "lag_beyond_retention": "LAG BEYOND RETENTION (data lost to the consumer)",
-        "group_empty_lag_growing": "EMPTY while its lag grows",
-        "rebalances_per_hour": f"REBALANCE STORM ({_count(incident.value)} an hour)",
-        "rebalance_stuck": f"REBALANCE STUCK for {duration(incident.value)}",
-        "loss_forecast_s": (
-            "DATA LOSS now (retention is deleting records it has not read)"
-            if d.get("loss_basis") == "lost"
-            else f"DATA LOSS forecast in {duration(incident.value)} (retention deletes records "
-                 "it has not read)"),
-        "collector_stale": "collector STALE",
-        "snapshot_incomplete": "snapshots INCOMPLETE",
-        "quality_gate_failed": "quality gate FAILED",
-        "analytics_stale": "analytics STALE (alerts on groups cannot be judged)",
-        "task_failed": f"task {d.get('dag_id')}.{d.get('task_id')} FAILED",
-        "channel_failing": f"alert channel {d.get('channel') or shown(incident.topic)} FAILING",
-        "rules_invalid": "rules file INVALID (the last valid rules are in use)",
-        "offsets_feed_stale": f"offsets-topic feed STALE for {duration(incident.value)}",
-    }.get(condition, f"{incident.rule} {incident.value:g} "
-                     f"{'<' if condition in BELOW_CONDITIONS else '>'} {incident.threshold:g}")
+    if condition == "loss_forecast_s" and d.get("loss_basis") == "lost":
+        return "DATA LOSS now (retention is deleting records it has not read)"
+    kind = BY_NAME.get(condition)
+    if kind is None:  # a stored incident of a kind this version no longer has
+        return f"{shown(incident.rule)} {incident.value:g} > {incident.threshold:g}"
+    fields = _Fields({**d, "channel": d.get("channel") or shown(incident.topic),
+                      "duration": duration(incident.value), "count": _count(incident.value)})
+    return kind.headline.format_map(fields)
+
+
+class _Fields(dict[str, Any]):
+    """A headline's fields: a detail that is missing reads ``?``."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
 
 
 def _size(value: Any) -> str:

@@ -17,7 +17,7 @@ failing channel is retried after ``retry_initial * 2 ** (attempts - 1)``, at mos
 ``delivery_deadline`` per evaluation; a notification still undelivered after
 ``delivery_max_age`` is given up; ``heartbeat`` (off by default) sends "groupscope is alive"
 to its ``channels`` ``every`` so long. groupscope watches itself with cluster conditions of its
-own (``SELF_CONDITIONS``): analytics behind the snapshots, a failed task, a failing channel, an
+own (``kinds.SELF_KINDS``): analytics behind the snapshots, a failed task, a failing channel, an
 invalid rules file.
 
 Every number is bounded (a threshold within +-1e15, a duration within 10 years) and a file
@@ -60,41 +60,15 @@ from pydantic import (
     model_validator,
 )
 
+from groupscope.serve.alerting.kinds import BELOW_KINDS, KINDS
+
 Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 
-# Condition kind -> what its value is. A rule fires when the value is above its threshold
-# (below it for the kinds of BELOW_CONDITIONS) for `for`, per subject: cluster and group, or
-# the cluster alone for the collector kinds.
-CONDITIONS: Mapping[str, str] = {
-    "group_status_err": "partitions of the group in STOP or STALL (group status ERR)",
-    "partition_rewind": "partitions of the group whose committed offset moved back (REWIND)",
-    "lag_seconds": "the group's largest time lag, in seconds",
-    "lag_records": "the group's lag, in records",
-    "lag_beyond_retention": "partitions whose committed offset is below the log start "
-                            "(records lost to the group)",
-    "group_empty_lag_growing": "records the lag of a group without members grew by since the "
-                               "previous snapshot",
-    "rebalances_per_hour": "rebalances of the group in the last hour",
-    "rebalance_stuck": "seconds the group has been rebalancing without a break (a member that "
-                       "does not rejoin blocks every other)",
-    "loss_forecast_s": "seconds until retention deletes records the group has not read, at the "
-                       "current rates (7 days when no loss is forecast); fires BELOW the "
-                       "threshold",
-    "collector_stale": "snapshot intervals since the cluster's last complete snapshot",
-    "snapshot_incomplete": "incomplete snapshots of the cluster in a row",
-    "quality_gate_failed": "data-quality suites whose latest check failed",
-    "analytics_stale": "snapshot intervals the newest computed status rows are behind the "
-                       "newest loaded snapshot",
-    "task_failed": "1 while a groupscope task's latest try failed (per DAG and task)",
-    "channel_failing": "seconds an alert channel has been failing (its deliveries retried or "
-                       "given up)",
-    "rules_invalid": "1 while the rules file is invalid and the last valid rules are in use",
-    "offsets_feed_stale": "seconds since the offsets-topic feed (exact rebalance history) was "
-                          "last read to its end and loaded",
-}
-# The kinds that fire when their value is below the threshold (a time left), not above it.
-BELOW_CONDITIONS = frozenset({"loss_forecast_s"})
+# Condition kind -> what its value is (``kinds``, where every kind is defined). A rule fires
+# when the value is above its threshold (below it for ``kinds.BELOW_KINDS``) for `for`, per
+# subject: cluster and group, or the cluster alone for the collector's and groupscope's own.
+CONDITIONS: Mapping[str, str] = {k.name: k.meaning for k in KINDS}
 # How far the loss forecast looks (serve.group_conditions, migration 0016): its value when no
 # loss is forecast, so a threshold must stay below it.
 FORECAST_HORIZON_S = 604800.0
@@ -102,16 +76,10 @@ FORECAST_HORIZON_S = 604800.0
 
 def breached(condition: str, value: float, threshold: float) -> bool:
     """Whether a known value is past its threshold: above it, or below it for a kind of
-    ``BELOW_CONDITIONS``."""
-    return value < threshold if condition in BELOW_CONDITIONS else value > threshold
+    ``kinds.BELOW_KINDS``."""
+    return value < threshold if condition in BELOW_KINDS else value > threshold
 
 
-# groupscope's watch over its own evaluation and delivery (its own tasks, channels and rules).
-SELF_CONDITIONS = frozenset({"analytics_stale", "task_failed", "channel_failing",
-                             "rules_invalid", "offsets_feed_stale"})
-# The kinds whose subject is the cluster: their group is '' (a group override never matches).
-CLUSTER_CONDITIONS = frozenset({"collector_stale", "snapshot_incomplete",
-                                "quality_gate_failed"}) | SELF_CONDITIONS
 
 BUILTIN_SOURCE = "built-in rules"
 _NAME = re.compile(r"^[a-z0-9_-]+$")
@@ -457,7 +425,7 @@ class RuleSet(_Strict):
                 raise ValueError(f"field 'heartbeat.channels': no channel {unknown[0]!r} "
                                  f"(channels: {', '.join(known) or 'none'})")
         for rule in self.rules:
-            if rule.condition not in BELOW_CONDITIONS:
+            if rule.condition not in BELOW_KINDS:
                 continue
             thresholds = [("", rule.threshold)] + [
                 (f"override {i}: ", o.threshold) for i, o in enumerate(rule.overrides, start=1)

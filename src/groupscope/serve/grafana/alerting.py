@@ -18,7 +18,7 @@ the values ``Rule.effective`` gives it (the tests check this). Regexes are match
 ``Override.matches``, by PostgreSQL (``~ '^(?:regex)$'``); the constructs whose meaning differs
 between Python and PostgreSQL are refused.
 
-The rules of groupscope's watch over itself (``SELF_CONDITIONS``: analytics behind the
+The rules of groupscope's watch over itself (``SELF_KINDS``: analytics behind the
 snapshots, a failed task, a failing channel, an invalid rules file) are not exported
 (``skipped_rules`` says so): they judge groupscope's own evaluation and delivery, which Grafana
 cannot see, and ``serve.alert_conditions`` has no rows for them.
@@ -45,15 +45,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from groupscope.serve.alerting.rules import (
-    BELOW_CONDITIONS,
-    CLUSTER_CONDITIONS,
-    CONDITIONS,
-    SELF_CONDITIONS,
-    Channel,
-    Rule,
-    RuleSet,
-)
+from groupscope.serve.alerting.kinds import BELOW_KINDS, BY_NAME, CLUSTER_SUBJECT_KINDS, SELF_KINDS
+from groupscope.serve.alerting.rules import Channel, Rule, RuleSet
 from groupscope.serve.grafana import (
     DASHBOARDS,
     DATASOURCE_TYPE,
@@ -308,9 +301,9 @@ def _number(value: float) -> str:
 
 def _annotations(variant: Variant, dashboard_base: str) -> dict[str, str]:
     rule = variant.rule
-    cluster_level = rule.condition in CLUSTER_CONDITIONS
+    cluster_level = rule.condition in CLUSTER_SUBJECT_KINDS
     subject = "{{ .Labels.cluster }}" + ("" if cluster_level else "/{{ .Labels.group_id }}")
-    meaning = CONDITIONS[rule.condition]
+    meaning = BY_NAME[rule.condition].meaning
     if cluster_level:
         dashboard = f"{dashboard_base}/d/groupscope-overview/{DASHBOARDS['groupscope-overview']}"
         query = "?var-cluster={{ urlquery .Labels.cluster }}"
@@ -323,7 +316,7 @@ def _annotations(variant: Variant, dashboard_base: str) -> dict[str, str]:
                     f'{{{{ index .Values "{REDUCE}" }}}} (threshold {_number(variant.threshold)})'),
         "description": _template_text(
             f"{rule.condition}: {meaning}. The rule fires when it is "
-            f"{'below' if rule.condition in BELOW_CONDITIONS else 'above'} "
+            f"{'below' if rule.condition in BELOW_KINDS else 'above'} "
             f"{_number(variant.threshold)} for {duration(variant.for_)}."
             + (f" Runbook: {variant.runbook}" if variant.runbook else "")),
         "dashboard_url": dashboard + query,
@@ -359,7 +352,7 @@ def _data(variant: Variant, snapshot_every: timedelta) -> list[dict[str, Any]]:
                    "conditions": [{"type": "query",
                                    "evaluator": {
                                        "type": ("lt" if variant.rule.condition
-                                                in BELOW_CONDITIONS else "gt"),
+                                                in BELOW_KINDS else "gt"),
                                        "params": [variant.threshold]},
                                    "operator": {"type": "and"},
                                    "query": {"params": [THRESHOLD]},
@@ -399,7 +392,7 @@ class GrafanaRule:
 def skipped_rules(rules: RuleSet) -> dict[str, str]:
     """The rules the export leaves out, and why (rule name -> reason)."""
     return {rule.name: f"{rule.condition} watches groupscope's own evaluation, which Grafana "
-                       "cannot see" for rule in rules.rules if rule.condition in SELF_CONDITIONS}
+                       "cannot see" for rule in rules.rules if rule.condition in SELF_KINDS}
 
 
 def grafana_rules(rules: RuleSet, *, enabled: bool = False,
@@ -412,7 +405,7 @@ def grafana_rules(rules: RuleSet, *, enabled: bool = False,
         # They watch groupscope's own evaluation (its analytics, tasks, deliveries and rules
         # file), which Grafana cannot see: serve.alert_conditions has no rows for them, so a
         # Grafana rule of theirs would never fire.
-        if rule.condition in SELF_CONDITIONS:
+        if rule.condition in SELF_KINDS:
             continue
         for variant in variants(rule):
             found.append(GrafanaRule(variant, _data(variant, snapshot_every), _labels(variant),
