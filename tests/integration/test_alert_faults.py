@@ -659,3 +659,25 @@ def test_a_task_failure_the_warehouse_cannot_record_is_told_straight_once(
     stack.evaluate(60)
     assert stack.received()["webhook"][-1].startswith(
         f"[RESOLVED] cluster {stack.cluster}: groupscope evaluates its alert rules again")
+
+
+def test_the_heartbeat_is_withheld_while_a_page_reaches_nobody(stack: Stack) -> None:
+    # Incidents go to the webhook only; the heartbeat to e-mail (a dead man's switch). While
+    # the webhook refuses, groupscope must not tell the outside watcher it is alive.
+    stack.rules.write_text(stack.rules.read_text()
+                           + "routes:\n  - {channels: [webhook], continue: false}\n"
+                           "heartbeat: {channels: [email], every: 1m}\n")
+    stack.seed(0, {"payments": 0})
+    assert stack.evaluate(0)["heartbeat"] == {"email": "sent"}  # nothing owed: alive
+    stack.webhook.answer = 500
+    stack.seed(60, {"payments": 3})
+    for seconds in (60, 120, 180):
+        summary = stack.evaluate(seconds)
+        assert summary["heartbeat"] == {
+            "email": "withheld: a notification is owed that no channel has delivered"}
+    stack.webhook.answer = 200
+    stack.evaluate(300)  # past its backoff: delivered, so alive again
+    assert stack.received()["webhook"] == [
+        f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
+    beats = [str(m["Subject"]) for m in stack.mail.mails() if "HEARTBEAT" in str(m["Subject"])]
+    assert len(beats) == 2, beats

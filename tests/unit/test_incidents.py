@@ -22,7 +22,7 @@ from groupscope.serve.alerting.incidents import (
     Undelivered,
     evaluate,
 )
-from groupscope.serve.alerting.notify import _tag, deliver, duration, messages, reached_a_channel
+from groupscope.serve.alerting.notify import _tag, deliver, duration, messages
 from groupscope.serve.alerting.rules import load_rules
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
@@ -288,16 +288,6 @@ def test_a_channel_that_stalls_fails_at_the_deadline_and_holds_up_no_other(
     assert sorted(log.attempts) == sorted((c, "firing") for c in ("webhook", "email")
                                           for _ in range(2))
     assert log.retry_at == T0 + timedelta(seconds=30)
-
-
-def test_the_heartbeat_is_withheld_when_nothing_owed_got_through() -> None:
-    owed = [Undelivered(u.incident, u.notification, "webhook", 0, T0)
-            for u in _owed("firing", "a")]
-    assert reached_a_channel({}, [])
-    assert reached_a_channel({"webhook": "sent 1", "email": "HTTP 500"}, owed)
-    assert not reached_a_channel({"webhook": "channel webhook: refused"}, owed)
-    assert not reached_a_channel({"webhook": "backing off until 12:00:30Z"}, owed)
-    assert not reached_a_channel({"webhook": "sent 0; 1 held behind an older episode"}, owed)
 
 
 def test_a_channel_in_backoff_is_not_tried_and_a_new_resolved_does_not_overtake(

@@ -109,8 +109,10 @@ def evaluate(conn: Any, cluster: str, rules: RuleSet, channels: Mapping[str, Cha
         outcome = notify.deliver(pending, channels, dashboard_url, store.DeliveryLog(conn, now),
                                  now, rules, {**unavailable, **missing},
                                  keep_unknown=rules_error is not None)
+        with conn.begin():
+            unheard = store.unheard(conn, cluster)
         beats = heartbeat(conn, rules, channels, cluster, now, dashboard_url,
-                          reached=notify.reached_a_channel(outcome, pending))
+                          reached=unheard == 0)
         with conn.begin():
             open_now = store.open_incidents(conn, cluster)
     finally:
@@ -169,14 +171,14 @@ def heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], cluste
               now: datetime, dashboard_url: str, reached: bool = True) -> dict[str, str]:
     """"groupscope is alive" to the rules' heartbeat channels, at most every ``every``: an
     outside system that stops hearing it knows groupscope itself is down (Alertmanager's
-    Watchdog). ``reached`` False (this evaluation owed notifications and none got through):
-    nothing is sent, so the outside watcher fires. A failed heartbeat is tried again
-    ``retry_initial`` later, never owed."""
+    Watchdog). ``reached`` False (a notification is owed that no channel has delivered: a
+    page that reached nobody): nothing is sent, so the outside watcher fires. A failed
+    heartbeat is tried again ``retry_initial`` later, never owed."""
     beat = rules.heartbeat
     if beat is None:
         return {}
     if not reached:
-        return {name: "withheld: no channel delivered what this evaluation owed"
+        return {name: "withheld: a notification is owed that no channel has delivered"
                 for name in beat.channels}
     with conn.begin():
         last = store.heartbeats(conn, cluster)

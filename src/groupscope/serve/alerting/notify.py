@@ -631,15 +631,6 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
     return outcome
 
 
-def reached_a_channel(outcome: Mapping[str, str], owed: Sequence[Undelivered]) -> bool:
-    """Whether what an evaluation owed got through: nothing was owed, or at least one channel
-    delivered something (``deliver``'s outcome "sent N", N > 0). The heartbeat goes out only
-    then: a groupscope whose notifications reach nobody must not say it is alive."""
-    if not owed:
-        return True
-    return any(re.match(r"sent [1-9]", text) for text in outcome.values())
-
-
 def send_apart(jobs: Mapping[str, tuple[Channel, Sequence[Message]]],
                deadline_s: float = CHANNEL_DEADLINE_S) -> dict[str, list[str | None]]:
     """Sends each channel's messages in order, every channel in a thread of its own, and waits

@@ -251,6 +251,17 @@ class DeliveryLog:
             drop(self.conn, items, self.now, why)
 
 
+def unheard(conn: Any, cluster: str) -> int:
+    """The cluster's notifications still owed that no channel has delivered: a page that has
+    reached nobody yet (none: the heartbeat may say groupscope is alive)."""
+    return int(conn.execute(text(
+        "SELECT count(*) FROM (SELECT d.incident_id, d.notification FROM ops.alert_deliveries d"
+        " JOIN ops.alert_incidents i USING (incident_id) WHERE i.cluster = :c"
+        " GROUP BY d.incident_id, d.notification"
+        " HAVING bool_or(d.state IN ('pending', 'failed')) AND NOT bool_or(d.state = 'sent')"
+        ") AS owed"), {"c": cluster}).scalar_one())
+
+
 def heartbeats(conn: Any, cluster: str) -> dict[str, Any]:
     """The last heartbeat per channel (``sent_at``, ``attempted_at``, ``error``)."""
     return {r.channel: r for r in conn.execute(text(
