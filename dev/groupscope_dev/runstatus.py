@@ -288,10 +288,12 @@ def read_notifications(conn: Any, seen: set[tuple[str, str, str, str]],
     new to ``seen`` (updated in place), one ``Sent`` per incident and notification."""
     from groupscope.serve.alerting.incidents import Incident
     from groupscope.serve.alerting.notify import headline
-    from groupscope.serve.alerting.store import incidents_since
+    from groupscope.serve.alerting.store import IN_FLIGHT, incidents_since
 
+    # An attempt still sending is no outcome yet: its outcome is shown when it comes.
     new = [r for r in conn.execute(_DELIVERIES, {"since": since}).mappings()
-           if (r["incident_id"], r["notification"], r["channel"], r["state"]) not in seen]
+           if (r["incident_id"], r["notification"], r["channel"], r["state"]) not in seen
+           and not (r["error"] or "").startswith(IN_FLIGHT)]
     if not new:
         return []
     earliest = min(r["at"] for r in new) - timedelta(days=1)

@@ -146,15 +146,19 @@ def undelivered(conn: Any, cluster: str) -> list[Undelivered]:
     return result
 
 
+# How a delivery's error starts while its attempt has no outcome yet (``begin_attempt``).
+IN_FLIGHT = "no answer yet to the attempt of"
+
+
 def begin_attempt(conn: Any, items: Iterable[Undelivered], now: datetime,
                   retry_at: datetime) -> None:
     """An attempt to send ``items`` (one channel) starts: it is counted, and kept as failed,
     retried from ``retry_at``, until its outcome replaces that (``record_delivery``). An
     evaluation killed mid-send (a channel that stalls past the task's timeout) thus leaves
     that channel in backoff, so the next evaluation's other channels do not queue behind it."""
-    _set_state(conn, items, now, f"an attempt started at {now:%H:%M:%SZ} and the evaluation "
-               "ended before the channel answered", "'failed'", attempted=True,
-               next_attempt_at=retry_at)
+    _set_state(conn, items, now, f"{IN_FLIGHT} {now:%H:%M:%SZ} (still sending; if this "
+               "stays, the evaluation ended before the channel answered)", "'failed'",
+               attempted=True, next_attempt_at=retry_at)
 
 
 def record_delivery(conn: Any, items: Iterable[Undelivered], now: datetime,
