@@ -606,3 +606,50 @@ def test_incomplete_snapshots_name_what_the_latest_could_not_read(tmp_path: Path
     [notice] = evaluate(ruleset, [bare], [], T0).notices
     assert "see raw.collection_errors" in single(
         Undelivered(notice.incident, "firing", "webhook", 0), "http://g").text
+
+
+ROUTED = ("channels:\n  - {name: pager, kind: webhook, connection: a}\n"
+          "  - {name: slack, kind: slack, connection: b}\n"
+          "  - {name: deadman, kind: webhook, connection: c}\n"
+          "routes:\n  - {severities: [critical], channels: [pager], continue: false}\n"
+          "  - {channels: [slack], continue: false}\n"
+          "heartbeat: {channels: [deadman], every: 5m}\n")
+
+
+@pytest.mark.parametrize(("condition", "reachable", "expected"), [
+    # 1. Its route's channel can be reached: the route, alone.
+    ("group_status_err", {"pager", "slack", "deadman"}, ["pager"]),
+    # 2. Its route's only channel has no connection: owed there still (it fails, and is
+    #    told), and to every other that can be reached, except the dead man's switch.
+    ("group_status_err", {"slack", "deadman"}, ["pager", "slack"]),
+    # 3. Nothing can be reached: owed to its route (retried, never to nobody).
+    ("group_status_err", set(), ["pager"]),
+    # 4. An invalid rules file: every channel that can be reached (the routes may be what is
+    #    wrong), still not the dead man's switch.
+    ("rules_invalid", {"pager", "slack", "deadman"}, ["pager", "slack"]),
+    # 5. A channel's own failure never goes to it.
+    ("channel_failing", {"slack", "deadman"}, ["slack"]),
+])
+def test_a_route_cannot_drop_a_page(tmp_path: Path, condition: str, reachable: set[str],
+                                    expected: list[str]) -> None:
+    from groupscope.serve.alerting.evaluation import route
+
+    incident = replace(_owed("firing", "a")[0].incident,
+                       topic="pager" if condition == "channel_failing" else "",
+                       details={"condition": condition})
+    assert route(rules(tmp_path, ROUTED), incident, reachable) == expected
+
+
+@pytest.mark.parametrize(("skew", "refused"), [
+    (timedelta(0), False), (timedelta(seconds=59), False), (timedelta(seconds=-59), False),
+    (timedelta(seconds=61), True), (timedelta(hours=-1), True), (timedelta(days=14), True),
+])
+def test_a_worker_clock_too_far_from_the_warehouses_is_refused(skew: timedelta,
+                                                               refused: bool) -> None:
+    from groupscope.serve.alerting.evaluation import ClockSkew, check_clock
+
+    if refused:
+        with pytest.raises(ClockSkew, match="ahead of" if skew > timedelta(0) else "behind"):
+            check_clock(T0 + skew, T0)
+    else:
+        check_clock(T0 + skew, T0)
