@@ -322,9 +322,8 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
             if stale is not None:
                 observations.append(unknown(kind, cluster, row["group_id"], stale, details))
             elif value is None:
-                observations.append(unknown(kind, cluster, row["group_id"], _NULL_REASON.get(
-                    kind, f"no {kind} value at the snapshot of {details['snapshot_ts']}"),
-                    details))
+                observations.append(unknown(kind, cluster, row["group_id"],
+                                            _why_null(kind, row, details), details))
             else:
                 observations.append(Observation(kind, cluster, row["group_id"], float(value),
                                                 details))
@@ -404,6 +403,26 @@ _NULL_REASON = {
     "loss_forecast_s": "its loss forecast cannot be computed for some partition (no rates yet, "
                        "a gap in the snapshots, or its topic's retention settings not read)",
 }
+
+
+# The conditions that read the group's lag roll-up (mart.group_lag): unknown with it.
+_LAG_CONDITIONS = ("lag_seconds", "lag_records", "lag_beyond_retention",
+                   "group_empty_lag_growing")
+
+
+def _why_null(kind: str, row: Any, details: dict[str, Any]) -> str:
+    """Why the view holds ``kind`` as null for the group of ``row``."""
+    unread = row["lag_unknown_partitions"] or 0
+    if kind in _LAG_CONDITIONS and unread > 0:
+        # The lag of those partitions is unknown, so the group's is (analyze.lag, rollups):
+        # the known part is only what it is at least, never evidence that it cleared.
+        return (f"lag of {unread} partition(s) unknown (high watermark or log start not "
+                f"read: leader down, timeout or no access); the others' lag is "
+                f"{row['lag_lower_bound']} records, a lower bound")
+    if kind == "group_empty_lag_growing" and row["lag"] is not None:
+        return "its lag at the snapshot before is unknown (a partition's offsets not read)"
+    return _NULL_REASON.get(kind, f"no {kind} value at the snapshot of "
+                                  f"{details['snapshot_ts']}")
 
 
 def _without_coordinator(conn: Any, cluster: str, wanted: set[str], at: datetime,
@@ -487,7 +506,7 @@ def _group_details(row: Any) -> dict[str, Any]:
             "rebalance_window_s", "loss_topic", "loss_partition", "loss_basis", "loss_headroom",
             "loss_production_rate", "loss_consumption_rate", "loss_growth_rate",
             "loss_retention_ms",
-            "loss_retention_bytes")
+            "loss_retention_bytes", "lag_unknown_partitions", "lag_lower_bound")
     details = {k: row[k] for k in keys}
     details["rebalances_in_window"] = row["rebalances"]
     details["rebalancing_since"] = _iso(row["rebalancing_since"])
