@@ -65,7 +65,7 @@ def _count(value: Any) -> str:
     return f"{int(value):,}"
 
 
-def _lag(d: dict[str, Any]) -> str:
+def _lag(d: Mapping[str, Any]) -> str:
     """The group's lag as a message says it: unknown, with its lower bound, while some
     partition's offsets were not read (analyze.lag.rollups), never the partial sum."""
     unread = d.get("lag_unknown_partitions") or 0
