@@ -681,3 +681,85 @@ def test_the_heartbeat_is_withheld_while_a_page_reaches_nobody(stack: Stack) -> 
         f"[FIRING] cluster {stack.cluster}, group payments: STOPPED."]
     beats = [str(m["Subject"]) for m in stack.mail.mails() if "HEARTBEAT" in str(m["Subject"])]
     assert len(beats) == 2, beats
+
+
+def _lag(url: str, cluster: str, seconds: float, lag: int | None, unknown: int = 0,
+         lower_bound: int | None = None) -> None:
+    """The group billing's lag at the snapshot T0 + ``seconds`` (seeded), as the lag job
+    writes it (``analyze.lag.rollups``): null with ``unknown`` partitions unread and the
+    others' sum as ``lower_bound``; and the partitions' status rule that says it has no
+    member (what group_empty_lag_growing reads)."""
+    engine = warehouse.engine_for(url)
+    try:
+        with engine.begin() as conn:
+            params = {"c": cluster, "t": T0 + timedelta(seconds=seconds), "lag": lag,
+                      "unknown": unknown, "bound": lag if lower_bound is None else lower_bound}
+            conn.execute(text(
+                "UPDATE mart.group_lag SET lag = :lag, max_lag = :lag,"
+                " beyond_retention_partitions = CASE WHEN :unknown = 0 THEN 0 END,"
+                " max_time_lag_estimated_s = CASE WHEN :unknown = 0 THEN 12.0 END,"
+                " lag_lower_bound = :bound, lag_unknown_partitions = :unknown"
+                " WHERE cluster = :c AND snapshot_ts = :t AND group_id = 'billing'"), params)
+            conn.execute(text(
+                "INSERT INTO mart.partition_status SELECT :c, :t, 'billing', 'orders', p,"
+                " 'STOP', 'group_empty', NULL, 'no member' FROM generate_series(0, 2) p"),
+                params)
+    finally:
+        engine.dispose()
+
+
+def test_a_lag_unknown_on_partial_snapshots_resolves_no_lag_incident(stack: Stack) -> None:
+    """Issue 41: partition offsets not read (a leader down) make the group's lag unknown; its
+    lag incidents (the critical group_empty_lag_growing among them) stay firing through
+    snapshots whose known part alone is smaller, well past keep_firing_for (60 s), and
+    resolve only on known values that clear. (The lag job's side, unknown when a partition
+    is: tests/unit/test_analytics_lag.py; on a real cluster: test_alert_unknown.py.) The
+    group's status is seeded OK, so that no STOP inhibits the lag rules' notifications."""
+    stack.rules.write_text(stack.rules.read_text()
+                           + "rules:\n  - {name: lag_records_high, threshold: 100, for: 0s}\n")
+    # No member and its lag growing: 900, then 1000.
+    for seconds, lag in ((0, 900), (30, 1000)):
+        stack.seed(seconds, {"billing": 0})
+        _lag(stack.url, stack.cluster, seconds, lag)
+        stack.evaluate(seconds, snapshot=False)
+    # A partition's high watermark not read, for two and a half minutes: the known part, 400
+    # records, would read as a lag that fell (and grows no more).
+    for seconds in (60, 90, 120, 150, 180):
+        stack.seed(seconds, {"billing": 0})
+        _lag(stack.url, stack.cluster, seconds, None, unknown=1, lower_bound=400)
+        outcome = stack.evaluate(seconds, snapshot=False)
+        assert outcome["unknown"] >= 3, outcome
+    unknown = _lag_incidents(stack)
+    assert [(r.rule, r.state) for r in unknown] == [("group_empty_lag_growing", "firing"),
+                                                    ("lag_records_high", "firing")], unknown
+    assert all(r.why == "lag of 1 partition(s) unknown (high watermark or log start not read:"
+               " leader down, timeout or no access); the others' lag is 400 records, a lower"
+               " bound" for r in unknown), unknown
+    # Read again, and grown no more: unknown once more (the snapshot before is), then it
+    # clears, and resolves after keep_firing_for.
+    for seconds in (210, 240, 270, 300):
+        stack.seed(seconds, {"billing": 0})
+        _lag(stack.url, stack.cluster, seconds, 1000)
+        stack.evaluate(seconds, snapshot=False)
+    heard = [(i["notification"], i["rule"]) for body in list(stack.webhook.bodies)
+             for i in body.get("incidents", []) if i.get("group") == "billing"
+             and i.get("rule") != "group_err"]
+    assert heard == [("firing", "lag_records_high"), ("firing", "group_empty_lag_growing"),
+                     ("resolved", "group_empty_lag_growing")], heard
+    by_rule = {r.rule: r for r in _lag_incidents(stack)}
+    # Resolved at the first known value that cleared (240 s; it last held at 30 s, past
+    # keep_firing_for), never on the unknown snapshots.
+    assert by_rule["group_empty_lag_growing"].resolved_at == T0 + timedelta(seconds=240)
+    assert by_rule["lag_records_high"].state == "firing"  # 1000 > 100: it holds again
+
+
+def _lag_incidents(stack: Stack) -> list[Any]:
+    engine = warehouse.engine_for(stack.url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(
+                "SELECT rule, state, resolved_at, details->>'unknown_why' AS why"
+                " FROM ops.alert_incidents WHERE cluster = :c AND group_id = 'billing'"
+                " AND rule <> 'group_err' ORDER BY rule"), {"c": stack.cluster}))
+    finally:
+        engine.dispose()

@@ -2,7 +2,8 @@
 
 The second test (issue 28): a broker stopped under a partition it alone holds, behind its
 consumer: the group STALLs, and its FIRING names the partition without a leader and the broker
-(its docstring says how).
+(its docstring says how); and (issue 41) the group's lag incident, firing before, stays firing
+and unknown while that partition's high watermark cannot be read, never resolved.
 
 The third (issue 28, "a coordinator move, or its broker down"): the broker that alone holds a
 group's ``__consumer_offsets`` partition stops, so the group has no coordinator: COORDINATOR
@@ -173,14 +174,16 @@ def _clean_up(cluster: KafkaCluster, stopped: int | None, producer: Producing,
 
 
 def _watching(cluster: str, bootstrap: str, postgres: Any, spark: Any, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> tuple[WebhookCatcher, Loop]:
-    """A webhook receiver (started) and the snapshot loop of the live path, with RULES."""
+              monkeypatch: pytest.MonkeyPatch, extra_rules: str = ""
+              ) -> tuple[WebhookCatcher, Loop]:
+    """A webhook receiver (started) and the snapshot loop of the live path, with RULES (and
+    ``extra_rules`` after them)."""
     webhook = WebhookCatcher()
     webhook.start()
     monkeypatch.setenv("AIRFLOW_CONN_UNKNOWN_WEBHOOK", json.dumps(
         {"conn_type": "http", "password": f"{webhook.url}/hook"}))
     rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(RULES)
+    rules_file.write_text(RULES + extra_rules)
     rules = load_rules(rules_file)
     channels = build_channels(rules).channels
     assert sorted(channels) == ["webhook"]
@@ -241,7 +244,7 @@ WHERE s.cluster = :c AND s.snapshot_ts = :at
 
 _INCIDENTS = text("""
 SELECT incident_id, state, details->>'unknown_why' AS why FROM ops.alert_incidents
-WHERE cluster = :c AND group_id = :g AND rule = 'group_err' ORDER BY started_at
+WHERE cluster = :c AND group_id = :g AND rule = :rule ORDER BY started_at
 """)
 
 
@@ -268,7 +271,8 @@ def test_a_stopped_groups_coordinator_restarting_never_resolves_it(
         with warehouse_engine.connect() as conn:
             seen = conn.execute(_SEEN, {"c": cluster, "g": group, "at": loop.last}
                                 ).mappings().one()
-            incidents = conn.execute(_INCIDENTS, {"c": cluster, "g": group}).fetchall()
+            incidents = conn.execute(_INCIDENTS, {"c": cluster, "g": group,
+                                                  "rule": "group_err"}).fetchall()
         last = incidents[-1] if incidents else None
         done = Pass(name, round(time.monotonic() - began, 1), seen["complete"], seen["errors"],
                     seen["listed"], seen["coordinator_id"], seen["member_count"],
@@ -420,10 +424,18 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
     freezes with records waiting. The status keeps the last high watermark read, so the
     partition STALLs after the status rules' 60 s ``min_stop_s``, and the FIRING names the
     offline partition and its broker first, not a poison record (one partition frozen while
-    the member's others advance looks like one)."""
+    the member's others advance looks like one).
+
+    Issue 41's "a partial snapshot never resolves a lag incident", on the same run: the
+    group's lag fires (``lag_records_high`` at 1 record) while it is healthy and behind. Once
+    partition 2's high watermark cannot be read, the group's lag is unknown (the sum of
+    partitions 0 and 1 is only a lower bound): the lag incident stays firing, unknown with
+    the reason, and never resolves (``keep_firing_for: 0s``: one evaluation that took the
+    partial sum as the lag, below the threshold, would resolve it)."""
     bootstrap = kafka3.bootstrap
     cluster, group, topic = unique("leader3"), unique("billing"), unique("invoices")
-    webhook, loop = _watching(cluster, bootstrap, postgres, spark, tmp_path, monkeypatch)
+    webhook, loop = _watching(cluster, bootstrap, postgres, spark, tmp_path, monkeypatch,
+                              LAG_FIRES_AT_ONE_RECORD)
     metadata = admin(bootstrap)
     producer = Producing(bootstrap, topic, 3)
     member: subprocess.Popen[str] | None = None
@@ -433,18 +445,24 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
     def phase(name: str) -> None:
         print(f"[{time.monotonic() - began:6.1f} s] {name}", flush=True)
 
+    lag_states: list[list[tuple[str, str | None]]] = []  # the lag incidents after each pass
+
     def watched() -> bool:
         """A pass, and what it saw of the topic's partitions: the group FIRING?"""
         loop.once()
         with warehouse_engine.connect() as conn:
             rows = conn.execute(_WATCHED, {"c": cluster, "g": group, "t": topic,
                                            "at": loop.last}).fetchall()
+            lag_incidents = conn.execute(_INCIDENTS, {"c": cluster, "g": group,
+                                                      "rule": "lag_records_high"}).fetchall()
+        lag_states.append([(i.state, i.why) for i in lag_incidents])
+        print(f"  lag incident: {lag_states[-1]}", flush=True)
         print(f"  [{time.monotonic() - began:6.1f} s] " + "; ".join(
             f"p{r.partition} leader {r.leader} hw {r.high_watermark} committed"
             f" {r.committed_offset} {r.status} lag {r.status_lag}"
             + (f" ({r.reason})" if r.status not in (None, "OK") else "")
             for r in rows) + ("" if not rows or rows[0].complete else " [partial]"), flush=True)
-        return bool(_webhook_incidents(webhook, group))
+        return ("firing", "group_err") in _webhook_incidents(webhook, group)
 
     try:
         phase("1. a topic whose partition 2 lives on one broker, not the group's coordinator")
@@ -468,22 +486,33 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
         assert line.startswith("ASSIGNED"), line
         wait_until(lambda: _committed(bootstrap, group), 30, "the consumer's first commit")
         healthy_until = time.monotonic() + 45  # a commit rhythm for the status rules to know
-        while time.monotonic() < healthy_until:
+        while time.monotonic() < healthy_until or len(lag_states) < 3:  # (passes slow at times)
             assert not watched(), webhook.texts
+        # Behind on every partition: its lag fired, on a complete snapshot.
+        assert _webhook_incidents(webhook, group) == [("firing", "lag_records_high")], \
+            webhook.texts
 
         phase(f"2. broker {victim}, partition 2's only replica, stops")
         kafka3.stop_node(victim)
         stopped = victim
+        before_stop = len(lag_states)
         wait_until(watched, 240, "the group's FIRING on the webhook")
+        # After every pass from the stop on, the lag incident was the one firing (never
+        # resolved, however many passes the STALL took).
+        assert all(len(states) == 1 and states[0][0] == "firing"
+                   for states in lag_states[before_stop:]), lag_states
 
         phase("3. assertions")
         with warehouse_engine.connect() as conn:
             rows = conn.execute(_LEADERS, {"c": cluster, "g": group, "t": topic}).fetchall()
         for row in rows:
             print(f"  {row}")
-        fired = [t for t in webhook.texts if group in t]
-        print("\n".join(fired), flush=True)
-        assert _webhook_incidents(webhook, group) == [("firing", "group_err")], fired
+        texts = [t for t in webhook.texts if group in t]
+        print("\n".join(texts), flush=True)
+        # The lag's FIRING, then the STALL's; no RESOLVED of the lag on a partial snapshot.
+        assert _webhook_incidents(webhook, group) == [("firing", "lag_records_high"),
+                                                      ("firing", "group_err")], texts
+        fired = [t for t in texts if "STALLED" in t]
         assert fired[0].startswith(f"[FIRING] cluster {cluster}, group {group}: STALLED"), fired
         # The snapshots saw the leader go: broker `victim`, then none.
         offline = [r for r in rows if r.partition == 2 and r.leader == -1]
@@ -496,10 +525,37 @@ def test_a_partition_gone_offline_behind_its_consumer_names_its_broker(
         assert f"broker {victim} down and no in-sync replica to take over" in fired[0], fired
         assert "cause: stuck on a record" not in fired[0] \
             and "possible: stuck on a record" not in fired[0], fired
+        # Every snapshot since partition 2 went offline gave the group an unknown lag, its
+        # partitions 0 and 1's sum kept apart as a lower bound; and the lag incident is the
+        # one of the healthy phase, firing still, unknown for that reason.
+        with warehouse_engine.connect() as conn:
+            lags = conn.execute(_GROUP_LAG, {"c": cluster, "g": group,
+                                             "since": offline[0].snapshot_ts}).fetchall()
+            incidents = conn.execute(_INCIDENTS, {"c": cluster, "g": group,
+                                                  "rule": "lag_records_high"}).fetchall()
+        print(lags, incidents, flush=True)
+        assert lags and all(r.lag is None and r.lag_unknown_partitions == 1
+                            and r.lag_lower_bound > 0 for r in lags), lags
+        [lag_incident] = incidents
+        assert lag_incident.state == "firing", incidents
+        assert lag_incident.why.startswith("lag of 1 partition(s) unknown (high watermark or "
+                                           "log start not read"), incidents
         phase("done")
     finally:
         _clean_up(kafka3, stopped, producer, member)
         webhook.stop()
+
+
+# The group's lag fires as soon as it is behind (1 record), on the test's fast clock.
+LAG_FIRES_AT_ONE_RECORD = """
+rules:
+  - {name: lag_records_high, threshold: 1, for: 0s}
+"""
+
+_GROUP_LAG = text("""
+SELECT snapshot_ts, lag, lag_lower_bound, lag_unknown_partitions FROM mart.group_lag
+WHERE cluster = :c AND group_id = :g AND snapshot_ts >= :since ORDER BY snapshot_ts
+""")
 
 
 def _reassign(cluster: KafkaCluster, partition: int, replicas: list[int], tmp_path: Path) -> None:

@@ -164,22 +164,89 @@ def test_rollups_do_not_net_negative_lag(spark: SparkSession) -> None:
     assert (group["lag"], group["negative_lag_partitions"], group["max_lag"]) == (5, 1, 5)
 
 
-def test_rollups_of_partitions_whose_lag_is_unknown(spark: SparkSession) -> None:
-    """A member assigned partitions without a committed offset yet (it just joined): its
-    lag is unknown, and its roll-up row still has every NOT NULL count (the whole lag job
-    failed on it once)."""
-    commits = [committed(0, None), committed(0, None, partition=1)]
-    logs = [log(0, 10), log(0, 10, partition=1)]
-    assigned = [{"cluster": "c", "snapshot_ts": at(0), "group_id": "g", "member_id": "m1",
-                 "kind": "current", "topic": "t", "partition": p} for p in (0, 1)]
+def unread(ts: float, partition: int = 0, hw: int | None = None,
+           start: int | None = None) -> dict[str, Any]:
+    """A partition whose offsets were not read (its leader down, a timeout, no access): by
+    default neither its high watermark nor its log start."""
+    return {**log(ts, hw, partition=partition), "log_start_offset": start}
+
+
+def assigned(partitions: tuple[int, ...], member: str = "m1") -> list[dict[str, Any]]:
+    return [{"cluster": "c", "snapshot_ts": at(0), "group_id": "g", "member_id": member,
+             "kind": "current", "topic": "t", "partition": p} for p in partitions]
+
+
+UNKNOWN_ROLLUP = {"lag": None, "max_lag": None, "beyond_retention_partitions": None,
+                  "max_time_lag_estimated_s": None, "max_time_lag_exact_s": None}
+
+# (case, committed offsets, logs, assigned partitions, expected figures of every roll-up)
+ROLLUP_CASES = [
+    ("every partition known: the sum", [committed(0, 5), committed(0, 7, partition=1)],
+     [log(0, 10), log(0, 10, partition=1)], (0, 1),
+     {"lag": 8, "max_lag": 5, "beyond_retention_partitions": 0, "lag_lower_bound": 8,
+      "lag_unknown_partitions": 0}),
+    ("one partition's high watermark and log start not read among known ones: unknown",
+     [committed(0, 5), committed(0, 20, partition=1)], [log(0, 10), unread(0, partition=1)],
+     (0, 1), {**UNKNOWN_ROLLUP, "lag_lower_bound": 5, "lag_unknown_partitions": 1}),
+    ("only the log start not read: whether records are lost is unknown, so is the lag",
+     [committed(0, 5), committed(0, 20, partition=1)],
+     [log(0, 10), unread(0, partition=1, hw=30)], (0, 1),
+     {**UNKNOWN_ROLLUP, "lag_lower_bound": 15, "lag_unknown_partitions": 1}),
+    ("no partition has a position yet (a member's first assignment): unknown, not 0",
+     [committed(0, None), committed(0, None, partition=1)],
+     [log(0, 10), log(0, 10, partition=1)], (0, 1),
+     {"lag": None, "max_lag": None, "beyond_retention_partitions": 0, "lag_lower_bound": 0,
+      "lag_unknown_partitions": 0, "negative_lag_partitions": 0, "partitions": 2}),
+    ("a partition assigned and never committed has no lag: the others' sum is the lag",
+     [committed(0, 5)], [log(0, 10), log(0, 10, partition=1)], (0, 1),
+     {"lag": 5, "max_lag": 5, "beyond_retention_partitions": 0, "lag_lower_bound": 5,
+      "lag_unknown_partitions": 0, "partitions": 2}),
+]
+
+
+@pytest.fixture(scope="module")
+def rollups_of_cases(spark: SparkSession) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every case of ROLLUP_CASES in one Spark run, each its own cluster: case -> roll-up ->
+    its one row."""
+    commits, logs, owned = [], [], []
+    for case, case_commits, case_logs, partitions, _ in ROLLUP_CASES:
+        commits += [{**r, "cluster": case} for r in case_commits]
+        logs += [{**r, "cluster": case} for r in case_logs]
+        owned += [{**r, "cluster": case} for r in assigned(partitions)]
     result = L.lag_mart(frame(spark, "committed_offsets", commits),
                         frame(spark, "partition_offsets", logs),
-                        frame(spark, "member_assignments", assigned),
+                        frame(spark, "member_assignments", owned),
                         frame(spark, "record_timestamps", []))
-    member = L.rollups(result)["member_lag"].collect()[0]
-    assert (member["partitions"], member["lag"], member["max_lag"],
-            member["negative_lag_partitions"], member["beyond_retention_partitions"]) == \
-        (2, 0, None, 0, 0)
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, rollup in L.rollups(result).items():
+        for row in rollup.collect():
+            assert name not in found.setdefault(row["cluster"], {})
+            found[row["cluster"]][name] = row.asDict()
+    return found
+
+
+@pytest.mark.parametrize(("case", "expected"), [(c[0], c[-1]) for c in ROLLUP_CASES],
+                         ids=[c[0] for c in ROLLUP_CASES])
+def test_rollups_of_partitions_whose_lag_is_unknown(
+        rollups_of_cases: dict[str, dict[str, dict[str, Any]]], case: str,
+        expected: dict[str, Any]) -> None:
+    """A roll-up's lag is unknown when any of its partitions' is (their offsets not read): a
+    partial sum would read as the group's lag and resolve its lag incidents. The known part
+    is kept apart as a lower bound. Every roll-up (member, topic, group, cluster) says the
+    same, and each still has its NOT NULL counts (the whole lag job failed on a null once)."""
+    rows = rollups_of_cases[case]
+    assert sorted(rows) == ["cluster_lag", "group_lag", "member_lag", "topic_lag"]
+    for name, row in rows.items():
+        assert {k: row[k] for k in expected} == expected, name
+        assert row["negative_lag_partitions"] is not None and row["partitions"] is not None
+
+
+def test_beyond_retention_is_unknown_when_the_log_start_was_not_read(
+        spark: SparkSession) -> None:
+    rows = mart(spark, [committed(0, 5), committed(0, None, partition=1)],
+                [unread(0, hw=10), unread(0, partition=1, hw=10)])
+    # A position and no log start: unknown. No position: nothing of the group's is lost.
+    assert [r["lag_beyond_retention"] for r in rows] == [None, False]
 
 
 def test_a_deleting_log_forecasts_the_loss_when_the_lag_eats_the_headroom(

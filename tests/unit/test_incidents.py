@@ -155,6 +155,18 @@ def test_a_share_groups_firing_text_says_how_long_its_start_offsets_have_not_mov
         "(about 6 m 40 s).")
 
 
+def test_a_firing_text_never_gives_a_partial_sum_as_the_lag() -> None:
+    # A partition's offsets not read: the group's lag is unknown (issue 41), and the text
+    # says so with the others' sum as a lower bound, not "lag ? records" nor that sum.
+    [item] = _owed("firing", "payments-eu")
+    item.incident.details.update(lag=None, time_lag_s=None, lag_unknown_partitions=1,
+                                 lag_lower_bound=854)
+    [(message, _)] = messages([item], "http://grafana:3000")
+    assert message.text.splitlines()[1] == (
+        "12 of 12 partitions have not moved for 1 m 10 s; lag unknown (1 partition(s) not "
+        "read; at least 854 records).")
+
+
 def test_the_firing_text_says_what_how_long_how_bad_and_where_to_look() -> None:
     [(message, _)] = messages(_owed("firing", "payments-eu"), "http://grafana:3000")
     assert message.text.splitlines()[:3] == [

@@ -120,7 +120,10 @@ def partition_lag(committed: DataFrame, partition_offsets: DataFrame,
         *keys, "member_id", "committed_offset", "log_start_offset", "high_watermark",
         "last_stable_offset", *share_lag,
         (F.col("high_watermark") - F.col("committed_offset")).alias("lag"),
-        F.coalesce(F.col("committed_offset") < F.col("log_start_offset"), F.lit(False))
+        # Unknown (null) when the log start was not read: "not beyond" is a claim. Without a
+        # position (no commit) nothing of the group's can be lost: false.
+        F.when(F.col("committed_offset").isNull(), F.lit(False))
+        .otherwise(F.col("committed_offset") < F.col("log_start_offset"))
         .alias("lag_beyond_retention"),
     )
 
@@ -387,21 +390,44 @@ def exact_time_lag(lag: DataFrame, record_timestamps: DataFrame) -> DataFrame:
     return joined.withColumn("time_lag_exact_s", exact).drop("record_ts")
 
 
+# The roll-ups' columns after their keys, as the mart tables have them (migrations 0005, 0024).
+ROLLUP_COLUMNS = ["partitions", "lag", "max_lag", "negative_lag_partitions",
+                  "beyond_retention_partitions", "max_time_lag_estimated_s",
+                  "max_time_lag_exact_s", "production_rate", "consumption_rate",
+                  "lag_lower_bound", "lag_unknown_partitions"]
+
+
+def lag_unread() -> Column:
+    """Whether a partition row's lag is unknown for want of a read: the group has a position
+    there (a committed offset, or a share group's start offset) but the partition's high
+    watermark or log start was not read (its leader down, a timeout, no access). A row
+    without a position (assigned, never committed) has no lag, known or not: it is not part
+    of the group's lag."""
+    return (F.col("committed_offset").isNotNull()
+            & (F.col("high_watermark").isNull() | F.col("log_start_offset").isNull()))
+
+
 def rollups(lag: DataFrame) -> dict[str, DataFrame]:
     """Per member (current assignment), topic, group and cluster, per snapshot. Negative lags
-    are anomalies counted apart, never netted against other partitions' lag."""
+    are anomalies counted apart, never netted against other partitions' lag.
+
+    The lag is the sum over the partitions with a position, and it is unknown (null, as are
+    ``max_lag``, the time lags and ``beyond_retention_partitions``) when the lag of any of
+    them is unknown (``lag_unread``: ``lag_unknown_partitions`` of them), or when none has a
+    position: a partial sum is never the lag. ``lag_lower_bound`` is the sum over the
+    partitions whose lag is known, what the lag is at least."""
 
     def agg(keys: list[str]) -> DataFrame:
         positive = F.when(F.col("lag") > 0, F.col("lag"))
-        return lag.groupBy(*keys).agg(
+        rows = lag.groupBy(*keys).agg(
             F.count("*").cast("int").alias("partitions"),
-            F.coalesce(F.sum(positive), F.lit(0)).alias("lag"),
+            F.coalesce(F.sum(positive), F.lit(0)).alias("lag_lower_bound"),
             F.max("lag").alias("max_lag"),
             # 0, not null, when every lag is unknown (a member's first assignment, before
             # any commit): the column is NOT NULL, and one such member failed the whole job.
             F.coalesce(F.sum((F.col("lag") < 0).cast("int")), F.lit(0)).cast("int")
             .alias("negative_lag_partitions"),
-            F.sum(F.col("lag_beyond_retention").cast("int")).cast("int")
+            F.coalesce(F.sum(F.col("lag_beyond_retention").cast("int")), F.lit(0)).cast("int")
             .alias("beyond_retention_partitions"),
             F.max("time_lag_estimated_s").alias("max_time_lag_estimated_s"),
             F.max("time_lag_exact_s").alias("max_time_lag_exact_s"),
@@ -409,7 +435,16 @@ def rollups(lag: DataFrame) -> dict[str, DataFrame]:
             # backfill must give identical rows.
             F.round(F.sum("production_rate"), 6).alias("production_rate"),
             F.round(F.sum("consumption_rate"), 6).alias("consumption_rate"),
+            F.sum(lag_unread().cast("int")).cast("int").alias("lag_unknown_partitions"),
+            F.count("committed_offset").alias("_positions"),
         )
+        known = F.col("lag_unknown_partitions") == 0
+        partial = ("max_lag", "beyond_retention_partitions", "max_time_lag_estimated_s",
+                   "max_time_lag_exact_s")
+        return rows.withColumns({
+            "lag": F.when(known & (F.col("_positions") > 0), F.col("lag_lower_bound")),
+            **{c: F.when(known, F.col(c)) for c in partial},
+        }).select(*keys, *ROLLUP_COLUMNS)
 
     return {
         "member_lag": agg(["cluster", "snapshot_ts", "group_id", "member_id"])

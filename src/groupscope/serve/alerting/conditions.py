@@ -341,9 +341,8 @@ def _group_observations(conn: Any, cluster: str, wanted: set[str], open_groups: 
             if stale is not None:
                 observations.append(unknown(kind, cluster, row["group_id"], stale, details))
             elif value is None:
-                observations.append(unknown(kind, cluster, row["group_id"], BY_NAME[kind].unknown
-                                            or f"no {kind} value at the snapshot of "
-                                               f"{details['snapshot_ts']}", details))
+                observations.append(unknown(kind, cluster, row["group_id"],
+                                            _why_null(kind, row, details), details))
             else:
                 observations.append(Observation(kind, cluster, row["group_id"], float(value),
                                                 details))
@@ -415,6 +414,20 @@ def _explained(conn: Any, cluster: str, observations: list[Observation],
             if (o.group_id, o.condition) in ranked else o for o in observations]
 
 
+
+
+def _why_null(kind: str, row: Any, details: dict[str, Any]) -> str:
+    """Why the view holds ``kind`` as null for the group of ``row``."""
+    unread = row["lag_unknown_partitions"] or 0
+    if BY_NAME[kind].reads_lag and unread > 0:
+        # The lag of those partitions is unknown, so the group's is (analyze.lag, rollups):
+        # the known part is only what it is at least, never evidence that it cleared.
+        return (f"lag of {unread} partition(s) unknown (high watermark or log start not "
+                f"read: leader down, timeout or no access); the others' lag is "
+                f"{row['lag_lower_bound']} records, a lower bound")
+    if kind == "group_empty_lag_growing" and row["lag"] is not None:
+        return "its lag at the snapshot before is unknown (a partition's offsets not read)"
+    return BY_NAME[kind].unknown or f"no {kind} value at the snapshot of {details['snapshot_ts']}"
 
 
 def _without_coordinator(conn: Any, cluster: str, wanted: set[str], at: datetime,
@@ -498,7 +511,7 @@ def _group_details(row: Any) -> dict[str, Any]:
             "rebalance_window_s", "loss_topic", "loss_partition", "loss_basis", "loss_headroom",
             "loss_production_rate", "loss_consumption_rate", "loss_growth_rate",
             "loss_retention_ms",
-            "loss_retention_bytes")
+            "loss_retention_bytes", "lag_unknown_partitions", "lag_lower_bound")
     details = {k: row[k] for k in keys}
     details["rebalances_in_window"] = row["rebalances"]
     details["rebalancing_since"] = _iso(row["rebalancing_since"])

@@ -31,6 +31,8 @@ class Kind:
     headline: str  # what is wrong, upper case for what an on-call pages on (a template)
     below: bool = False  # fires when the value is below the threshold (a time left)
     unknown: str = ""  # why, when the view holds no value for the subject
+    # Read from the group's lag roll-up: unknown whenever a partition's lag is (issue 41).
+    reads_lag: bool = False
 
 
 KINDS: tuple[Kind, ...] = (
@@ -42,18 +44,19 @@ KINDS: tuple[Kind, ...] = (
          "partitions of the group whose committed offset moved back (REWIND)",
          "REWIND (committed offsets moved back)"),
     Kind("lag_seconds", "group", "the group's largest time lag, in seconds",
-         "lag {duration} behind",
+         "lag {duration} behind", reads_lag=True,
          unknown="its time lag cannot be computed (no record timestamp at the committed "
                  "offsets, and too little high-watermark history to estimate it)"),
     Kind("lag_records", "group", "the group's lag, in records", "lag {count} records",
+         reads_lag=True,
          unknown="its lag cannot be computed (no committed offset or high watermark)"),
     Kind("lag_beyond_retention", "group",
          "partitions whose committed offset is below the log start (records lost to the group)",
-         "LAG BEYOND RETENTION (data lost to the consumer)",
+         "LAG BEYOND RETENTION (data lost to the consumer)", reads_lag=True,
          unknown="its lag cannot be computed (no committed offset or log start)"),
     Kind("group_empty_lag_growing", "group",
          "records the lag of a group without members grew by since the previous snapshot",
-         "EMPTY while its lag grows"),
+         "EMPTY while its lag grows", reads_lag=True),
     Kind("rebalances_per_hour", "group", "rebalances of the group in the last hour",
          "REBALANCE STORM ({count} an hour)"),
     Kind("rebalance_stuck", "group",

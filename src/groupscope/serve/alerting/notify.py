@@ -74,6 +74,16 @@ def _count(value: Any) -> str:
     return f"{int(value):,}"
 
 
+def _lag(d: Mapping[str, Any]) -> str:
+    """The group's lag as a message says it: unknown, with its lower bound, while some
+    partition's offsets were not read (analyze.lag.rollups), never the partial sum."""
+    unread = d.get("lag_unknown_partitions") or 0
+    if d.get("lag") is None and unread > 0:
+        return (f"lag unknown ({_count(unread)} partition(s) not read; at least "
+                f"{_count(d.get('lag_lower_bound'))} records)")
+    return f"lag {_count(d.get('lag'))} records"
+
+
 def _clock(iso: str | None) -> str:
     """``12:03:10Z`` (UTC)."""
     if not iso:
@@ -160,8 +170,7 @@ def _loss_lines(incident: Incident) -> list[str]:
                               + timedelta(seconds=incident.value)).isoformat())
     if d.get("loss_basis") not in ("lost", "retention_ms", "log_start"):
         # no forecast behind the value (unknown, or no loss forecast within 7 days)
-        first = (f"No partition's loss is forecast at the latest snapshot; lag "
-                 f"{_count(d.get('lag'))} records.")
+        first = f"No partition's loss is forecast at the latest snapshot; {_lag(d)}."
     elif d.get("loss_basis") == "lost":
         first = (f"{where}: records the group had not read are being deleted now "
                  f"({retention}); {rates}.")
@@ -188,7 +197,7 @@ def _per_second(rate: Any) -> str:
 def detail_lines(incident: Incident) -> list[str]:
     """The facts behind the headline."""
     d, condition = _facts(incident), incident.details.get("condition", "")
-    lag = f"lag {_count(d.get('lag'))} records"
+    lag = _lag(d)
     if d.get("time_lag_s") is not None:
         lag += (f" ({duration(d['time_lag_s'])} behind)" if d.get("time_lag_exact")
                 else f" (about {duration(d['time_lag_s'])})")
@@ -381,7 +390,7 @@ def _now_line(incident: Incident) -> str:
     d = facts.get("now") or facts
     if not incident.group_id:
         return ""
-    return (f"Now: lag {_count(d.get('lag'))} records, {_count(d.get('member_count'))} "
+    return (f"Now: {_lag(d)}, {_count(d.get('member_count'))} "
             f"member(s), status {d.get('status', '?')}.")
 
 

@@ -449,18 +449,25 @@ def overview() -> dict[str, Any]:
                 ]), 16, 6),
         (_table("Groups",
                 "SELECT cluster, group_id, group_type AS kind, status, lag_records,\n"
+                "       CASE WHEN lag_unknown_partitions > 0 THEN lag_lower_bound END\n"
+                "         AS lag_at_least,\n"
                 "       max_time_lag_s, time_lag_kind, members, state, worst_reason,\n"
                 "       snapshot_time\n"
                 "FROM serve.group_status_latest WHERE " + CLUSTER + "\n"
                 "ORDER BY status_level DESC, lag_records DESC NULLS LAST, group_id",
                 description="Every group at the newest status snapshot, worst first. Click a "
-                            "group for its detail.",
+                            "group for its detail. An empty lag is unknown: some partition's "
+                            "high watermark or log start was not read (its leader down, a "
+                            "timeout, no access); \"lag at least\" is then the sum over the "
+                            "partitions that were read, a lower bound.",
                 columns=[
                     *_group_columns(),
                     _column("kind", mappings=KIND_TEXT),
                     _column("status", mappings=STATUS_TEXT, background=True),
                     _column("lag_records", label="lag (records)", unit=RECORDS,
                             thresholds=LAG_RECORDS_THRESHOLDS),
+                    _column("lag_at_least", label="lag at least (partitions unread)",
+                            unit=RECORDS),
                     _column("max_time_lag_s", label="max time lag", unit=SECONDS,
                             thresholds=LAG_SECONDS_THRESHOLDS),
                     _column("time_lag_kind", label="time lag is"),
@@ -559,7 +566,11 @@ def group_detail() -> dict[str, Any]:
                            "stalled; WARN: lag growing."), 4, 4),
         (_stat("Lag (records)",
                "SELECT lag_records FROM serve.group_status_latest WHERE " + where,
-               unit=RECORDS, thresholds=LAG_RECORDS_THRESHOLDS), 4, 4),
+               unit=RECORDS, thresholds=LAG_RECORDS_THRESHOLDS,
+               description="No value: the lag is unknown, some partition's high watermark "
+                           "or log start was not read (its leader down, a timeout, no "
+                           "access). The Overview's Groups table shows the lag of the "
+                           "partitions that were read, as a lower bound."), 4, 4),
         (_stat("Max time lag",
                "SELECT max_time_lag_exact_s AS exact, max_time_lag_estimated_s AS estimated\n"
                "FROM serve.group_status_latest WHERE " + where,
