@@ -137,8 +137,8 @@ class HeartbeatCatcher:
 def heartbeat_rules(every: timedelta) -> str:
     """The part of a rules file that sends the heartbeat every ``every`` to the ``deadman``
     channel: the built-in channels plus that one (a file's ``channels`` replaces the built-in
-    list), and a catch-all route to the built-in ones, so that no incident goes to the
-    heartbeat's receiver (to a ping URL, any post is a sign of life)."""
+    list). No incident goes to the heartbeat's receiver: without a matching route, incidents go
+    to every channel but the heartbeat's (``RuleSet.channels_for``)."""
     from groupscope.serve.alerting.rules import builtin_rules
 
     builtin = [c.model_dump(exclude_defaults=True) for c in builtin_rules().channels]
@@ -146,8 +146,7 @@ def heartbeat_rules(every: timedelta) -> str:
         "heartbeat": {"channels": [DEADMAN_CHANNEL], "every": f"{round(every.total_seconds())}s"},
         "channels": [*builtin, {"name": DEADMAN_CHANNEL, "kind": "webhook",
                                 "connection": DEADMAN_CONNECTION}],
-        "routes": [{"channels": [c["name"] for c in builtin]}],
     }
     return ("# The heartbeat to the dead man's switch (dev/groupscope_dev/heartbeatcatcher.py);"
-            " every incident to the other channels.\n"
+            " incidents go to the other channels.\n"
             + str(yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)))

@@ -665,3 +665,15 @@ def test_a_worker_clock_too_far_from_the_warehouses_is_refused(skew: timedelta,
             check_clock(T0 + skew, T0)
     else:
         check_clock(T0 + skew, T0)
+
+
+def test_without_a_matching_route_only_the_channels_set_up_are_owed(tmp_path: Path) -> None:
+    from groupscope.serve.alerting.evaluation import route
+
+    # No routes: every channel with a connection, never the dead man's switch; the built-in
+    # channel nobody set up (pager, no connection) is not owed, nor is it failing.
+    text = ROUTED.split("routes:")[0] + "heartbeat: {channels: [deadman], every: 5m}\n"
+    incident = replace(_owed("firing", "a")[0].incident, details={"condition": "group_err"})
+    assert route(rules(tmp_path, text), incident, {"slack", "deadman"}) == ["slack"]
+    assert route(rules(tmp_path, text), incident, {"pager", "slack", "deadman"}) == [
+        "pager", "slack"]

@@ -136,21 +136,28 @@ def evaluate(conn: Any, cluster: str, rules: RuleSet, channels: Mapping[str, Cha
 
 
 def route(rules: RuleSet, incident: Incident, reachable: set[str]) -> list[str]:
-    """The channels a notification of ``incident`` is owed to: its route's channels (a channel's
-    own failure is not sent to it: the others say it); when none of them can be reached (no
-    connection), every other channel that can be, so that it reaches somebody. An invalid
-    rules file goes to every channel that can be reached. The heartbeat's own channels are
-    never a fallback (a dead man's switch reads no incident)."""
-    routed = [c.name for c in rules.channels_for(incident.severity, incident.labels)
-              if not _about_channel(incident, c.name)]
-    if incident.details.get("condition") == "rules_invalid":
-        routed = []  # the routes themselves may be what is wrong: every channel hears it
-    if any(name in reachable for name in routed):
-        return routed
-    # A heartbeat's channel is a dead man's switch, not a person: never a fallback.
+    """The channels a notification of ``incident`` is owed to (never a channel's own failure
+    to it: the others say it):
+
+    - the channels its matching routes name, even one without a connection (it is owed there
+      and fails, so ``channel_failing`` names it: a typo in a connection id must not drop the
+      route's pages);
+    - no route matches: every channel of the rules that has a connection (one without is
+      simply not set up), the heartbeat's excepted;
+    - when none of those can be reached, every other channel that can be (the heartbeat's
+      excepted), so that it reaches somebody; an invalid rules file goes to every channel
+      that can be reached (the routes may be what is wrong)."""
     watchers = set(rules.heartbeat.channels) if rules.heartbeat is not None else set()
     others = [c.name for c in rules.channels if c.name in reachable and c.name not in watchers
               and not _about_channel(incident, c.name)]
+    if incident.details.get("condition") == "rules_invalid":
+        return others
+    routed = rules.routed(incident.severity, incident.labels) or [
+        c.name for c in rules.channels_for(incident.severity, incident.labels)
+        if c.name in reachable]
+    routed = [name for name in routed if not _about_channel(incident, name)]
+    if any(name in reachable for name in routed):
+        return routed
     return routed + [name for name in others if name not in routed]
 
 

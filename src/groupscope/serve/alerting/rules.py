@@ -475,18 +475,25 @@ class RuleSet(_Strict):
                     return True
         return False
 
-    def channels_for(self, severity: str, labels: Mapping[str, str]) -> list[Channel]:
-        """The channels of every matching route, in route order, up to and including the first
-        matching route with ``continue: false``; when no route matches (or there are none):
-        every channel."""
+    def routed(self, severity: str, labels: Mapping[str, str]) -> list[str]:
+        """The channels the matching routes name, in route order, up to and including the
+        first matching route with ``continue: false``; none when no route matches."""
         names: list[str] = []
         for route in self.routes:
             if route.matches(severity, labels):
                 names += [n for n in route.channels if n not in names]
                 if not route.continue_:
                     break
+        return names
+
+    def channels_for(self, severity: str, labels: Mapping[str, str]) -> list[Channel]:
+        """The channels of every matching route (``routed``); when no route matches (or there
+        are none): every channel but the heartbeat's (a dead man's switch reads no incident,
+        and to a ping URL any post is a sign of life)."""
+        names = self.routed(severity, labels)
         if not names:
-            return list(self.channels)
+            watchers = set(self.heartbeat.channels) if self.heartbeat is not None else set()
+            return [c for c in self.channels if c.name not in watchers]
         by_name = {c.name: c for c in self.channels}
         return [by_name[n] for n in names]
 
