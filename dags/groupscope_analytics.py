@@ -107,7 +107,7 @@ def analytics_dag(conn_id: str) -> None:
             from groupscope import pipeline
 
             return pipeline.retention(warehouse_url(), SETTINGS.retention,
-                                      worker_clock=datetime.now(UTC))
+                                      worker_clock=lambda: datetime.now(UTC))
 
         # One after another: each job uses the cores Spark is given.
         jobs[0] >> jobs[1] >> jobs[2] >> check_marts()

@@ -141,8 +141,16 @@ def _record_task_run(context: Any, state: str, at: datetime, reason: str = "") -
         pipeline.record_task_run(warehouse_url(), str(cluster), ti.dag_id, ti.task_id, state,
                                  ti.run_id, getattr(ti, "try_number", None), at, reason)
     except Exception as exc:  # a callback never raises
-        _log.warning("task %s.%s %s, not recorded in the warehouse: %s", ti.dag_id,
-                     ti.task_id, state, type(exc).__name__)
+        _log.warning("task %s.%s %s, not recorded in the warehouse (kept to record later): %s",
+                     ti.dag_id, ti.task_id, state, type(exc).__name__)
+        try:
+            pipeline.spool_task_run(SETTINGS.alert_log.parent, str(cluster), {
+                "cluster": str(cluster), "dag_id": ti.dag_id, "task_id": ti.task_id,
+                "state": state, "run_id": ti.run_id,
+                "try_number": getattr(ti, "try_number", None), "at": at, "reason": reason})
+        except OSError as spool_error:
+            _log.error("task %s.%s %s, and it cannot be kept either: %s", ti.dag_id,
+                       ti.task_id, state, spool_error)
         if state == "failed":
             _tell_unrecorded_failure(str(cluster), f"{ti.dag_id}.{ti.task_id}", reason, exc, at)
 

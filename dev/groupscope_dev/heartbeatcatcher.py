@@ -137,15 +137,15 @@ class HeartbeatCatcher:
 def heartbeat_rules(every: timedelta) -> str:
     """The part of a rules file that sends the heartbeat every ``every`` to the ``deadman``
     channel: the built-in channels plus that one (a file's ``channels`` replaces the built-in
-    list). No incident goes to the heartbeat's receiver: without a matching route, incidents go
-    to every channel but the heartbeat's (``RuleSet.channels_for``)."""
+    list), which takes no incident (``incidents: false``: to a ping URL, any post is a sign of
+    life)."""
     from groupscope.serve.alerting.rules import builtin_rules
 
     builtin = [c.model_dump(exclude_defaults=True) for c in builtin_rules().channels]
     document: dict[str, Any] = {
         "heartbeat": {"channels": [DEADMAN_CHANNEL], "every": f"{round(every.total_seconds())}s"},
         "channels": [*builtin, {"name": DEADMAN_CHANNEL, "kind": "webhook",
-                                "connection": DEADMAN_CONNECTION}],
+                                "connection": DEADMAN_CONNECTION, "incidents": False}],
     }
     return ("# The heartbeat to the dead man's switch (dev/groupscope_dev/heartbeatcatcher.py);"
             " incidents go to the other channels.\n"

@@ -436,19 +436,17 @@ def analytics_job(kind: str, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _warehouse_clock(engine: Any, worker_clock: datetime | None, refused: str) -> datetime:
+def _warehouse_clock(engine: Any, worker_clock: Callable[[], datetime] | None,
+                     refused: str) -> datetime:
     """The warehouse's clock, checked against the worker's (``ClockSkewed`` past the bound)."""
     from groupscope import warehouse
-    from groupscope.serve.alerting import evaluation, store
+    from groupscope.serve.alerting import evaluation
 
-    with warehouse.connect(engine) as conn, conn.begin():
-        clock = store.clock(conn)
-    if worker_clock is not None:
-        try:
-            evaluation.check_clock(worker_clock, clock)
-        except evaluation.ClockSkew as exc:
-            raise ClockSkewed(f"{refused}: {exc}") from None
-    return clock
+    try:
+        with warehouse.connect(engine) as conn, conn.begin():
+            return evaluation.warehouse_now(conn, worker_clock)
+    except evaluation.ClockSkew as exc:
+        raise ClockSkewed(f"{refused}: {exc}") from None
 
 
 # The operational tables whose rows ``retention`` deletes past their age (how long: the
@@ -458,7 +456,7 @@ OPS_RETENTION = ("incidents", "quality", "drops")
 
 
 def retention(warehouse_url: str, keep: Mapping[str, timedelta], now: datetime | None = None,
-              *, worker_clock: datetime | None = None) -> dict[str, Any]:
+              *, worker_clock: Callable[[], datetime] | None = None) -> dict[str, Any]:
     """Warehouse housekeeping: creates the partitions of today and the coming days, then drops
     the partitions older than their family's retention (``keep``: raw, mart, hourly), each
     recorded in ``ops.retention_drops``; then deletes the operational rows older than theirs
@@ -692,14 +690,13 @@ def record_task_run(warehouse_url: str, cluster: str, dag_id: str, task_id: str,
 
 
 def warehouse_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
-                     now: datetime, error: str | None, kind: str = "unreachable",
-                     deadline: timedelta = timedelta(seconds=30)) -> dict[str, str]:
+                     now: datetime, error: str | None, kind: str = "unreachable"
+                     ) -> dict[str, str]:
     """What every channel hears, straight, when alerts cannot be evaluated
     (``serve.alerting.evaluation.tell_outage``): once per outage, and once when it ends."""
     from groupscope.serve.alerting import evaluation
 
-    return evaluation.tell_outage(channels, cluster, state_dir, now, error, kind,
-                                  deadline.total_seconds())
+    return evaluation.tell_outage(channels, cluster, state_dir, now, error, kind)
 
 
 def fallback_rules(rules_path: Path | None) -> RuleSet:
@@ -717,34 +714,102 @@ def alert_cycle(warehouse_url: Callable[[], str], cluster: str, rules_path: Path
                 build_channels: Callable[[RuleSet], Any], snapshot_every: timedelta,
                 dashboard_url: str, outage_dir: Path,
                 now: datetime | None = None,
-                worker_clock: datetime | None = None) -> dict[str, Any]:
+                worker_clock: Callable[[], datetime] | None = None) -> dict[str, Any]:
     """One evaluation as the alert task runs it: the rules in use (``alert_rules``), their
     channels (``build_channels(rules)``: an object with ``channels``, ``skipped`` and
-    ``unavailable``, as ``serve.airflow_channels.build_channels`` returns), then
-    ``evaluate_alerts``, then the end of an outage told. When the warehouse fails in any way
-    (unreachable, read-only, disk full, a statement timeout, not migrated, ...) or the worker's
-    clock is off, every channel is told straight (once per outage, ``warehouse_outage``) and
-    ``StageFailed`` is raised. ``now`` None: the warehouse's clock, checked against
-    ``worker_clock`` (default: this process's)."""
-    worker_clock = worker_clock or datetime.now(UTC)
-    started = now or worker_clock
+    ``unavailable``, as ``serve.airflow_channels.build_channels`` returns), the task failures
+    that the warehouse could not take before (``replay_task_runs``), then ``evaluate_alerts``,
+    then the end of an outage told. When the evaluation fails in any way (the warehouse
+    unreachable, read-only, full, a statement timeout, not migrated; the worker's clock off;
+    an error of groupscope's own), every channel is told straight (once per outage,
+    ``warehouse_outage``) and the error is raised: an alert task that fails at every run is
+    never silent. ``now`` None: the warehouse's clock, checked against ``worker_clock``
+    (default: this process's clock)."""
+    worker_clock = worker_clock or (lambda: datetime.now(UTC))
+    started = now or worker_clock()
     try:
         url = warehouse_url()
         in_use = alert_rules(url, rules_path, started)
+        replay_task_runs(url, cluster, outage_dir)
         built = build_channels(in_use.rules)
         for name, why in sorted(built.skipped.items()):
-            log.warning("alert channel %s has no connection: %s", name, why)
+            log.info("alert channel %s has no connection: %s", name, why)
         summary = evaluate_alerts(url, cluster, in_use.rules, built.channels, now,
                                   snapshot_every, dashboard_url, worker_clock=worker_clock,
                                   unavailable=built.unavailable, missing=built.skipped,
                                   rules_error=in_use.error, rules_source=in_use.source)
-        warehouse_outage(built.channels, cluster, outage_dir, started, None,
-                         deadline=in_use.rules.delivery_deadline)
+        if not summary.get("skipped"):
+            warehouse_outage(built.channels, cluster, outage_dir, started, None)
         return summary
-    except (WarehouseFailed, ClockSkewed) as exc:
-        rules = fallback_rules(rules_path)
-        told = warehouse_outage(build_channels(rules).channels, cluster, outage_dir, started,
-                                str(exc), exc.kind, rules.delivery_deadline)
-        log.error("alerts cannot be evaluated (%s); channels told: %s", exc.kind,
+    except Exception as exc:
+        kind = getattr(exc, "kind", "failing to evaluate")
+        why = str(exc) if isinstance(exc, StageFailed) else f"{type(exc).__name__}: {exc}"
+        try:
+            channels = build_channels(fallback_rules(rules_path)).channels
+            told = warehouse_outage(channels, cluster, outage_dir, started, why, kind)
+        except Exception as telling:  # the original error is the one to raise
+            told = {"*": f"not told: {type(telling).__name__}"}
+        log.error("alerts cannot be evaluated (%s); channels told: %s", kind,
                   told or "already")
         raise
+
+
+# The task failures the warehouse could not take (``spool_task_run``), per cluster, replayed
+# into ops.task_runs by the next evaluation that reaches it.
+_SPOOL = "task-runs-{cluster}.jsonl"
+
+
+def spool_task_run(state_dir: Path, cluster: str, run: Mapping[str, Any]) -> None:
+    """Keeps a task outcome the warehouse refused (``record_task_run``'s arguments but the
+    URL) beside the alert log, so that it is not lost: ``replay_task_runs`` records it once
+    the warehouse takes writes again, and its ``task_failed`` incident follows."""
+    import json
+    import os
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({k: (v.isoformat() if isinstance(v, datetime) else v)
+                       for k, v in run.items()}, ensure_ascii=False) + "\n"
+    with (state_dir / _SPOOL.format(cluster=_file_safe(cluster))).open("a",
+                                                                       encoding="utf-8") as out:
+        out.write(line)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def replay_task_runs(warehouse_url: str, cluster: str, state_dir: Path) -> int:
+    """Records the spooled task outcomes of the cluster (``spool_task_run``), oldest first,
+    then removes the spool; returns how many. A line that cannot be read is dropped with a
+    log line, never blocking the others."""
+    import json
+    import os
+
+    spool = state_dir / _SPOOL.format(cluster=_file_safe(cluster))
+    if not spool.exists():
+        return 0
+    taken = spool.with_suffix(f".{os.getpid()}.replaying")
+    spool.rename(taken)  # a failure spooled meanwhile starts a new file
+    runs = []
+    for line in taken.read_text(encoding="utf-8").splitlines():
+        try:
+            run = json.loads(line)
+            run["at"] = datetime.fromisoformat(run["at"])
+            runs.append(run)
+        except (ValueError, KeyError, TypeError):
+            log.error("a spooled task outcome cannot be read and is dropped: %r", line[:200])
+    try:
+        for run in runs:
+            record_task_run(warehouse_url, **run)
+    except Exception:
+        # Put back for the next evaluation; the warehouse is failing again.
+        with spool.open("a", encoding="utf-8") as out:
+            out.write(taken.read_text(encoding="utf-8"))
+        taken.unlink()
+        raise
+    taken.unlink()
+    return len(runs)
+
+
+def _file_safe(name: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(name.encode()).hexdigest()[:16]

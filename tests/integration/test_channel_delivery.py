@@ -438,7 +438,7 @@ def test_a_channels_timeout_comes_from_the_rules(monkeypatch: pytest.MonkeyPatch
         "  - {name: hook, kind: webhook, connection: delivery_t_hook, timeout: 4s}\n"
         "  - {name: slack, kind: slack, connection: delivery_t_slack}\n"
         "  - {name: email, kind: email, connection: delivery_t_smtp, to: [a@b.c],"
-        " timeout: 1m}\n", "rules.yaml")
+        " timeout: 25s}\n", "rules.yaml")
     monkeypatch.setenv("AIRFLOW_CONN_DELIVERY_T_HOOK",
                        json.dumps({"conn_type": "http", "password": "http://127.0.0.1:9/x"}))
     _slack_connection(monkeypatch, "delivery_t_slack", "http://127.0.0.1:9", "/services/T/B/C")
@@ -446,7 +446,7 @@ def test_a_channels_timeout_comes_from_the_rules(monkeypatch: pytest.MonkeyPatch
     assert build_channels(rules).channels == {
         "hook": WebhookChannel("hook", "http://127.0.0.1:9/x", 4.0),
         "slack": SlackChannel("slack", "delivery_t_slack", 10.0),
-        "email": EmailChannel("email", "delivery_t_smtp", ("a@b.c",), "g@localhost", 60.0)}
+        "email": EmailChannel("email", "delivery_t_smtp", ("a@b.c",), "g@localhost", 25.0)}
 
 
 # --- hostile names, as each channel receives them ----------------------------------------

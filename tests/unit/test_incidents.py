@@ -622,7 +622,7 @@ def test_incomplete_snapshots_name_what_the_latest_could_not_read(tmp_path: Path
 
 ROUTED = ("channels:\n  - {name: pager, kind: webhook, connection: a}\n"
           "  - {name: slack, kind: slack, connection: b}\n"
-          "  - {name: deadman, kind: webhook, connection: c}\n"
+          "  - {name: deadman, kind: webhook, connection: c, incidents: false}\n"
           "routes:\n  - {severities: [critical], channels: [pager], continue: false}\n"
           "  - {channels: [slack], continue: false}\n"
           "heartbeat: {channels: [deadman], every: 5m}\n")

@@ -16,7 +16,7 @@ channels the same way.
   recipients from the channel's ``to`` or the connection's extra ``to``.
 
 Each send has a total deadline, the channel's ``timeout_s`` (``DEFAULT_TIMEOUT_S``, 10 s, for
-Slack and the webhook; ``EMAIL_TIMEOUT_S``, 30 s, for e-mail; the rules' channel ``timeout``
+Slack and the webhook; ``EMAIL_TIMEOUT_S``, 20 s, for e-mail; the rules' channel ``timeout``
 when given). The providers' own bounds are not one: the SMTP hook waits its connection's
 ``timeout`` (30 s) per socket wait and retries ``retry_limit`` (5) more times, about 180 s
 against a server that never greets, and a socket timeout never cuts a server that answers a
@@ -37,6 +37,7 @@ import logging
 import math
 import smtplib
 import ssl
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +58,8 @@ from groupscope.serve.alerting.rules import Channel as ChannelSpec
 from groupscope.serve.alerting.rules import RuleSet
 from groupscope.serve.alerting.safe_text import cut_text
 
-EMAIL_TIMEOUT_S = 30.0
+# Below the delivery's deadline (30 s by default), so that the SMTP hook's one retry can finish.
+EMAIL_TIMEOUT_S = 20.0
 # The SMTP hook's retries within one send (it makes 5 by default): one more try is enough
 # against a connection dropped once; the delivery's backoff retries the rest.
 SMTP_RETRY_LIMIT = 1
@@ -103,8 +105,9 @@ class SlackChannel:
         from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNotifier
 
         secrets = _connection_secrets(_connection(self.conn_id))
-        scrubbing = _Scrubbing(secrets)
-        _SLACK_LOG.addFilter(scrubbing)
+        # Channels send in threads of their own (notify.send_apart): the logger's one filter
+        # holds the secrets of every send under way, never removed while another logs.
+        _SCRUBBING.add(secrets)
         try:
             with Deadline(self.timeout_s) as deadline:
                 try:
@@ -128,7 +131,7 @@ class SlackChannel:
                     raise ChannelError(f"channel {self.name}: Slack webhook failed: "
                                        f"{_safe_reason(exc, secrets)}") from None
         finally:
-            _SLACK_LOG.removeFilter(scrubbing)
+            _SCRUBBING.remove(secrets)
 
 
 def _connection_secrets(conn: Any | None) -> list[str]:
@@ -144,17 +147,35 @@ def _connection_secrets(conn: Any | None) -> list[str]:
 
 
 class _Scrubbing(logging.Filter):
-    def __init__(self, secrets: list[str]) -> None:
+    """Takes the secrets of every Slack send under way out of each record (added and removed
+    per send, under a lock: sends run in threads of their own)."""
+
+    def __init__(self) -> None:
         super().__init__()
-        self.secrets = secrets
+        self._lock = threading.Lock()
+        self._sends: list[list[str]] = []
+
+    def add(self, secrets: list[str]) -> None:
+        with self._lock:
+            self._sends.append(secrets)
+
+    def remove(self, secrets: list[str]) -> None:
+        with self._lock:
+            self._sends.remove(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = scrub(record.getMessage(), self.secrets), None
+        with self._lock:
+            secrets = [s for send in self._sends for s in send]
+        record.msg, record.args = scrub(record.getMessage(), secrets), None
         if record.exc_info:
             record.exc_text = scrub(logging.Formatter().formatException(record.exc_info),
-                                    self.secrets)
+                                    secrets)
             record.exc_info = None
         return True
+
+
+_SCRUBBING = _Scrubbing()
+_SLACK_LOG.addFilter(_SCRUBBING)
 
 
 @dataclass(frozen=True)

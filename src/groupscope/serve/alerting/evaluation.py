@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # A worker whose clock is further than this from the warehouse's neither evaluates nor deletes
 # (``ClockSkew``): its "now" would judge every group at a wrong age.
 MAX_CLOCK_SKEW = timedelta(seconds=60)
+# How long an evaluation waits for another of the same cluster (the live DAG's and the alerts
+# DAG's overlap): the alert task has 2 minutes for the wait, the evaluation, the delivery
+# (``RuleSet.delivery_deadline``, at most 30 s) and the notices (``notify.NOTICE_DEADLINE_S``).
+LOCK_WAIT = timedelta(seconds=30)
 
 
 class ClockSkew(RuntimeError):
@@ -49,9 +53,18 @@ def check_clock(worker: datetime, warehouse: datetime,
                         "sync (NTP)")
 
 
+def warehouse_now(conn: Any, worker_clock: Callable[[], datetime] | None) -> datetime:
+    """The warehouse's clock (the caller's transaction's ``now()``), checked against the
+    worker's, read right after it: ``ClockSkew`` past ``MAX_CLOCK_SKEW``."""
+    now = store.clock(conn)
+    if worker_clock is not None:
+        check_clock(worker_clock(), now)
+    return now
+
+
 def evaluate(conn: Any, cluster: str, rules: RuleSet, channels: Mapping[str, Channel],
              now: datetime | None, snapshot_every: timedelta, dashboard_url: str, *,
-             worker_clock: datetime | None = None,
+             worker_clock: Callable[[], datetime] | None = None,
              unavailable: Mapping[str, str] | None = None,
              missing: Mapping[str, str] | None = None,
              rules_error: str | None = None, rules_source: str = "") -> dict[str, Any]:
@@ -59,11 +72,14 @@ def evaluate(conn: Any, cluster: str, rules: RuleSet, channels: Mapping[str, Cha
     sends what they owe, per channel, and the heartbeat. Returns a summary: nothing in it is a
     secret.
 
-    Evaluations of one cluster are serialised (a session advisory lock). ``now`` None: the
-    time is the warehouse's clock once the lock is held (one clock for every worker), never
-    before the last evaluation's; ``worker_clock`` (the caller's own time) more than
-    ``MAX_CLOCK_SKEW`` from it raises ``ClockSkew`` before anything is judged. A ``now``
-    given (a replay, a test) is taken as it is. The incidents and what they owe are one
+    Evaluations of one cluster are serialised (a session advisory lock, waited for at most
+    ``LOCK_WAIT``: then another evaluation is at work, and this one returns ``skipped``). The
+    session is bounded (``store.bound_session``): a warehouse that stops answering is a
+    statement timeout, and a worker that dies holding the lock loses it within minutes.
+    ``now`` None: the time is the warehouse's clock once the lock is held (one clock for every
+    worker); ``worker_clock`` (the caller's own clock) more than ``MAX_CLOCK_SKEW`` from it
+    raises ``ClockSkew`` before anything is judged. A ``now`` given (a replay, a test) is
+    taken as it is, never before the last evaluation's. The incidents and what they owe are one
     transaction; each delivery outcome is then committed on its own. Delivery is at least
     once: the receiver drops a repeat by its ``dedup_key``.
 
@@ -76,16 +92,19 @@ def evaluate(conn: Any, cluster: str, rules: RuleSet, channels: Mapping[str, Cha
     ``rules_invalid`` condition says so)."""
     unavailable = dict(unavailable or {})
     missing = dict(missing or {})
-    store.lock(conn, cluster)
+    store.bound_session(conn)
+    if not store.lock(conn, cluster, LOCK_WAIT):
+        return {"cluster": cluster, "skipped": "another evaluation of the cluster held its "
+                f"lock for {notify.duration(LOCK_WAIT.total_seconds())}; it does the work"}
+    store.bound_statements(conn)
     conn.commit()
     try:
         with conn.begin():
             if now is None:
-                now = store.clock(conn)
-                if worker_clock is not None:
-                    check_clock(worker_clock, now)
-            last = store.last_evaluated(conn, cluster)
-            now = max(now, last or datetime.min.replace(tzinfo=UTC))
+                now = warehouse_now(conn, worker_clock)
+            else:
+                last = store.last_evaluated(conn, cluster)
+                now = max(now, last or datetime.min.replace(tzinfo=UTC))
             recent = store.channels_used_since(conn, cluster, now - rules.delivery_max_age)
             unavailable.update({name: f"channel {name}: {why} (it was used before: taken as "
                                 "a lookup failure, retried)"
@@ -110,7 +129,7 @@ def evaluate(conn: Any, cluster: str, rules: RuleSet, channels: Mapping[str, Cha
                                  now, rules, {**unavailable, **missing},
                                  keep_unknown=rules_error is not None)
         with conn.begin():
-            unheard = store.unheard(conn, cluster)
+            unheard = store.unheard(conn, cluster, [c.name for c in rules.channels])
         beats = heartbeat(conn, rules, channels, cluster, now, dashboard_url,
                           reached=unheard == 0)
         with conn.begin():
@@ -143,12 +162,11 @@ def route(rules: RuleSet, incident: Incident, reachable: set[str]) -> list[str]:
       and fails, so ``channel_failing`` names it: a typo in a connection id must not drop the
       route's pages);
     - no route matches: every channel of the rules that has a connection (one without is
-      simply not set up), the heartbeat's excepted;
-    - when none of those can be reached, every other channel that can be (the heartbeat's
-      excepted), so that it reaches somebody; an invalid rules file goes to every channel
-      that can be reached (the routes may be what is wrong)."""
-    watchers = set(rules.heartbeat.channels) if rules.heartbeat is not None else set()
-    others = [c.name for c in rules.channels if c.name in reachable and c.name not in watchers
+      simply not set up), but those for the heartbeat alone (``incidents: false``);
+    - when none of those can be reached, every other channel that can be and takes incidents,
+      so that it reaches somebody; an invalid rules file goes to every channel that can be
+      reached and takes incidents (the routes may be what is wrong)."""
+    others = [c.name for c in rules.channels if c.name in reachable and c.incidents
               and not _about_channel(incident, c.name)]
     if incident.details.get("condition") == "rules_invalid":
         return others
@@ -204,7 +222,7 @@ def heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], cluste
             continue  # it failed a moment ago: not at every evaluation
         due[name] = (channel, [notify.heartbeat(cluster, now, beat.every, firing,
                                                 dashboard_url)])
-    deadline_s = rules.delivery_deadline.total_seconds()
+    deadline_s = notify.NOTICE_DEADLINE_S
     for name, results in notify.send_apart(due, deadline_s).items():
         error = results[0] if results else (
             f"channel {name}: the heartbeat did not finish within "
@@ -219,8 +237,7 @@ def heartbeat(conn: Any, rules: RuleSet, channels: Mapping[str, Channel], cluste
 
 
 def tell_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path, now: datetime,
-                error: str | None, kind: str = "unreachable",
-                deadline_s: float = notify.CHANNEL_DEADLINE_S) -> dict[str, str]:
+                error: str | None, kind: str = "unreachable") -> dict[str, str]:
     """What the channels hear about groupscope's own failure to evaluate, which the incidents
     cannot say (they live in the warehouse): ``error`` set (``kind``: unreachable, read-only,
     disk full, statement timeout, not migrated, clock skew, ...): each channel gets one
@@ -236,12 +253,27 @@ def tell_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path, 
     lock_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.lock"
     with lock_file.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _tell_outage(channels, cluster, state_dir, now, error, kind, deadline_s)
+        if error is None:  # this worker evaluates: the cluster's outage, and its own clock's
+            return {**_tell_outage(channels, cluster, state_dir, now, None, kind),
+                    **_tell_outage(channels, _this_worker(cluster), state_dir, now, None,
+                                   CLOCK_SKEW)}
+        # A clock is one worker's: its notice is that worker's to raise and to resolve, or a
+        # worker on time would resolve it at every run and the skewed one raise it again.
+        subject = _this_worker(cluster) if kind == CLOCK_SKEW else cluster
+        return _tell_outage(channels, subject, state_dir, now, error, kind)
+
+
+CLOCK_SKEW = "clock skew"
+
+
+def _this_worker(cluster: str) -> str:
+    import socket
+
+    return f"{cluster} (worker {socket.gethostname()})"
 
 
 def _tell_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
-                 now: datetime, error: str | None, kind: str, deadline_s: float
-                 ) -> dict[str, str]:
+                 now: datetime, error: str | None, kind: str) -> dict[str, str]:
     state_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.json"
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
@@ -252,10 +284,13 @@ def _tell_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
     state = state or {"since": now.isoformat(), "told": [], "kind": kind}
     message = notify.warehouse_message(cluster, error, datetime.fromisoformat(state["since"]),
                                        now, state.get("kind", kind))
-    told = set(state["told"])
+    # A channel no longer among them (the rules changed meanwhile) cannot be told it is over:
+    # forgotten, so that the next outage is told to it afresh.
+    told = set(state["told"]) & (set(channels) if error is None else set(state["told"]))
     due = {name: (channel, [message]) for name, channel in sorted(channels.items())
            if (name in told) != (error is not None)}  # not told yet / told, now resolved
     outcome: dict[str, str] = {}
+    deadline_s = notify.NOTICE_DEADLINE_S
     for name, results in notify.send_apart(due, deadline_s).items():
         failure = results[0] if results else (
             f"channel {name}: did not finish within {notify.duration(deadline_s)}")

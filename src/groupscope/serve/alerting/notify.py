@@ -528,12 +528,10 @@ class DeliveryLog(Protocol):
     def dropped(self, items: list[Undelivered], why: str) -> None: ...
 
 
-# The total time a channel is given for what it sends at once (connect, write, every read, a
-# provider's own retries; each channel also bounds its own send, see channels.py) when no rules
-# say otherwise (``RuleSet.delivery_deadline``, which ``deliver`` takes): the channels send at
-# the same time, each in a thread of its own, so a channel that stalls costs this much once and
-# holds up no other channel; it then fails like a refusal.
-CHANNEL_DEADLINE_S = 30.0
+# The time each channel is given for one notice of groupscope's own (the heartbeat, the outage
+# notice): one short message, after the delivery's own deadline, inside the alert task's 2
+# minutes. The channels send at the same time, each in a thread of its own.
+NOTICE_DEADLINE_S = 10.0
 
 
 def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashboard: str,
@@ -641,7 +639,7 @@ def deliver(owed: Sequence[Undelivered], channels: Mapping[str, Channel], dashbo
 
 
 def send_apart(jobs: Mapping[str, tuple[Channel, Sequence[Message]]],
-               deadline_s: float = CHANNEL_DEADLINE_S) -> dict[str, list[str | None]]:
+               deadline_s: float) -> dict[str, list[str | None]]:
     """Sends each channel's messages in order, every channel in a thread of its own, and waits
     at most ``deadline_s`` for all of them. Returns, per channel, the outcome of each message
     it finished (``send_one``: None sent, else the error), stopping after its first failure;

@@ -93,8 +93,10 @@ MAX_THRESHOLD = 1e15
 # A rules file nests 6 levels (the document, rules, a rule, overrides, an override, its
 # labels); PyYAML composes nodes recursively, so a far deeper one ends in a RecursionError.
 MAX_DEPTH = 20
-# A channel's send deadline at most: the alert task is killed at 2 minutes.
-MAX_CHANNEL_TIMEOUT = timedelta(minutes=2)
+# A channel's send deadline at most, and its whole delivery's in one evaluation (the rules'
+# ``delivery_deadline``, which it is by default): the alert task is killed at 2 minutes, and
+# also waits for another evaluation, evaluates, and sends the heartbeat and the outage notices.
+MAX_CHANNEL_TIMEOUT = timedelta(seconds=30)
 
 
 class RulesError(ValueError):
@@ -294,7 +296,9 @@ class Channel(_Strict):
     type, the URL in its password or host), ``slack`` (type ``slackwebhook``), ``email`` (type
     ``smtp``; recipients in ``to``, else the connection's extra ``to``). ``timeout``: the
     deadline of one send, all told (None: the kind's default,
-    ``groupscope.serve.alerting.airflow_channels``)."""
+    ``groupscope.serve.alerting.airflow_channels``). ``incidents: false``: a channel for the
+    heartbeat alone (a dead man's switch, to which any post is a sign of life): no incident
+    goes there, by default or as a fallback, and no route may name it."""
 
     name: str
     kind: Literal["webhook", "slack", "email"]
@@ -302,6 +306,7 @@ class Channel(_Strict):
     to: list[str] = Field(default_factory=list)
     from_email: str | None = None
     timeout: Duration | None = None
+    incidents: bool = True
 
     @field_validator("name")
     @classmethod
@@ -321,7 +326,8 @@ class Channel(_Strict):
     @classmethod
     def _timeout(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and not timedelta(0) < value <= MAX_CHANNEL_TIMEOUT:
-            raise ValueError("must be more than 0s and at most 2m")
+            raise ValueError("must be more than 0s and at most 30s (a channel's whole delivery "
+                             "has at most 30s: the rules' delivery_deadline)")
         return value
 
     @field_validator("to", "from_email")
@@ -374,9 +380,10 @@ class RuleSet(_Strict):
     retry_initial: Duration = timedelta(seconds=30)
     retry_max: Duration = timedelta(minutes=15)
     # The total time each channel is given for all it sends in one evaluation (the channels
-    # send at once, each apart): one that has not finished by then fails like a refusal. Well
-    # inside the alert task's 2-minute timeout, with the heartbeat's own send after it.
-    delivery_deadline: Duration = timedelta(seconds=30)
+    # send at once, each apart): one that has not finished by then fails like a refusal. With
+    # the wait for another evaluation (30 s), the notices (10 s each) and the evaluation, it
+    # fits the alert task's 2 minutes.
+    delivery_deadline: Duration = MAX_CHANNEL_TIMEOUT
     heartbeat: Heartbeat | None = None
     # The sliding window rebalances_per_hour counts over, scaled to an hour: an hour, except
     # to compress time in a test (or to look at a storm through a shorter lens).
@@ -392,8 +399,8 @@ class RuleSet(_Strict):
     @field_validator("delivery_deadline")
     @classmethod
     def _delivery_deadline(cls, value: timedelta) -> timedelta:
-        if not timedelta(seconds=1) <= value <= timedelta(seconds=45):
-            raise ValueError(f"must be from 1s to 45s, not {_seconds(value)}: the alert task "
+        if not timedelta(seconds=1) <= value <= MAX_CHANNEL_TIMEOUT:
+            raise ValueError(f"must be from 1s to 30s, not {_seconds(value)}: the alert task "
                              "has 2 minutes for the evaluation, the delivery and the heartbeat")
         return value
 
@@ -414,11 +421,16 @@ class RuleSet(_Strict):
                 raise ValueError(f"{kind} {twice[0]!r}: field 'name': given to "
                                  f"{names.count(twice[0])} {kind}s; {kind} names are unique")
         known = [c.name for c in self.channels]
+        watchers = [c.name for c in self.channels if not c.incidents]
         for index, route in enumerate(self.routes, start=1):
             unknown = [c for c in route.channels if c not in known]
             if unknown:
                 raise ValueError(f"route {index}: field 'channels': no channel {unknown[0]!r} "
                                  f"(channels: {', '.join(known) or 'none'})")
+            heartbeat_only = [c for c in route.channels if c in watchers]
+            if heartbeat_only:
+                raise ValueError(f"route {index}: field 'channels': channel "
+                                 f"{heartbeat_only[0]!r} takes no incidents (incidents: false)")
         if self.heartbeat is not None:
             unknown = [c for c in self.heartbeat.channels if c not in known]
             if unknown:
@@ -488,12 +500,10 @@ class RuleSet(_Strict):
 
     def channels_for(self, severity: str, labels: Mapping[str, str]) -> list[Channel]:
         """The channels of every matching route (``routed``); when no route matches (or there
-        are none): every channel but the heartbeat's (a dead man's switch reads no incident,
-        and to a ping URL any post is a sign of life)."""
+        are none): every channel that takes incidents."""
         names = self.routed(severity, labels)
         if not names:
-            watchers = set(self.heartbeat.channels) if self.heartbeat is not None else set()
-            return [c for c in self.channels if c.name not in watchers]
+            return [c for c in self.channels if c.incidents]
         by_name = {c.name: c for c in self.channels}
         return [by_name[n] for n in names]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -42,12 +42,40 @@ def prune(conn: Any, resolved_before: datetime) -> int:
     return int(result.rowcount or 0)
 
 
-def lock(conn: Any, cluster: str) -> None:
+def bound_session(conn: Any) -> None:
+    """Bounds an evaluation's session: a lock waited for at most ``lock_timeout`` (``lock``),
+    and a session that sits idle (its worker died without closing it, so the lock it holds
+    would outlive it for hours) ended by the server within minutes. The warehouse is
+    PostgreSQL 14 or later (``idle_session_timeout``)."""
+    conn.execute(text("SELECT set_config('idle_session_timeout', '120s', false),"
+                      " set_config('idle_in_transaction_session_timeout', '60s', false)"))
+
+
+def bound_statements(conn: Any) -> None:
+    """Bounds each of the evaluation's statements (after the lock: the wait for it is
+    ``lock``'s): a warehouse that stops answering mid-evaluation is a statement timeout
+    (SQLSTATE 57014), told as an outage, not a task killed in silence."""
+    conn.execute(text("SELECT set_config('statement_timeout', '30s', false)"))
+
+
+def lock(conn: Any, cluster: str, wait: timedelta) -> bool:
     """Serialises evaluations of one cluster, for the connection's session (``unlock``, or
     the session's end, releases it): an evaluation commits its deliveries one by one while it
-    holds it."""
-    conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"),
-                 {"key": f"groupscope-alerts:{cluster}"})
+    holds it. False when another session held it for ``wait``."""
+    from sqlalchemy.exc import OperationalError
+
+    conn.execute(text("SELECT set_config('lock_timeout', :wait, false)"),
+                 {"wait": f"{int(wait.total_seconds() * 1000)}ms"})
+    try:
+        conn.execute(text("SELECT pg_advisory_lock(hashtext(:key))"),
+                     {"key": f"groupscope-alerts:{cluster}"})
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
+            raise
+        conn.rollback()
+        return False
+    conn.execute(text("SELECT set_config('lock_timeout', '0', false)"))
+    return True
 
 
 def unlock(conn: Any, cluster: str) -> None:
@@ -255,15 +283,17 @@ class DeliveryLog:
             drop(self.conn, items, self.now, why)
 
 
-def unheard(conn: Any, cluster: str) -> int:
-    """The cluster's notifications still owed that no channel has delivered: a page that has
-    reached nobody yet (none: the heartbeat may say groupscope is alive)."""
+def unheard(conn: Any, cluster: str, channels: Sequence[str]) -> int:
+    """The cluster's notifications still owed to one of ``channels`` (the rules' in use: what
+    an invalid file's channel is kept owed does not count) that no channel has delivered: a
+    page that has reached nobody yet (none: the heartbeat may say groupscope is alive)."""
     return int(conn.execute(text(
         "SELECT count(*) FROM (SELECT d.incident_id, d.notification FROM ops.alert_deliveries d"
         " JOIN ops.alert_incidents i USING (incident_id) WHERE i.cluster = :c"
         " GROUP BY d.incident_id, d.notification"
-        " HAVING bool_or(d.state IN ('pending', 'failed')) AND NOT bool_or(d.state = 'sent')"
-        ") AS owed"), {"c": cluster}).scalar_one())
+        " HAVING bool_or(d.state IN ('pending', 'failed') AND d.channel = ANY(:channels))"
+        " AND NOT bool_or(d.state = 'sent')) AS owed"),
+        {"c": cluster, "channels": list(channels)}).scalar_one())
 
 
 def heartbeats(conn: Any, cluster: str) -> dict[str, Any]:
@@ -289,8 +319,9 @@ def record_task_run(conn: Any, cluster: str, dag_id: str, task_id: str, state: s
     """Keeps a groupscope task's latest outcome (``ops.task_runs``): a failure is the
     ``task_failed`` condition's evidence, the task's next success the evidence that clears it.
     A success of a task that never failed writes nothing."""
+    # A NUL byte is the one character PostgreSQL's text refuses: an error text may hold one.
     params = {"c": cluster, "d": dag_id, "t": task_id, "s": state, "r": run_id,
-              "n": try_number, "at": at, "why": reason[:4000]}
+              "n": try_number, "at": at, "why": reason.replace("\x00", "\\0")[:4000]}
     if state == "success":
         conn.execute(text(
             "UPDATE ops.task_runs SET state = 'success', run_id = :r, try_number = :n,"
