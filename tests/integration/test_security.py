@@ -255,7 +255,9 @@ def _watcher_grants(principal: str, groups: list[str]) -> list[Any]:
 def _listed_to(client: dict[str, str]) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
-    result = AdminClient({**client, "log_level": 0}).list_consumer_groups().result(20)
+    listing = AdminClient({**client, "log_level": 0})  # held: destroyed, it answers nothing
+    result = listing.list_consumer_groups().result(20)
+    assert not result.errors, result.errors
     return {g.group_id for g in result.valid}
 
 
