@@ -14,15 +14,17 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLED_TOPICS, SASL_USERS, SCRAM_USERS, unique
-from kafkautil import commit_offsets, create_topic, produce_counts
+from kafkautil import admin, commit_offsets, create_topic, produce_counts, wait_until
 from test_spark_offsets_ingest import _rows
 
 from groupscope.collect.collector import take_snapshot
 from groupscope.contract.cluster import ClusterConfig
 from groupscope.contract.model import Snapshot
 from groupscope.kafka.admin import ClusterUnavailable
+from groupscope.land.snapshots import landed_snapshots
 from groupscope.offsets.ingest import ingest_cluster
-from groupscope_dev.kafka import KafkaCluster
+from groupscope.pipeline import collect_here
+from groupscope_dev.kafka import SCRAM_ITERATIONS, KafkaCluster
 
 pytestmark = pytest.mark.integration
 
@@ -225,3 +227,117 @@ def test_without_read_on_the_offsets_topic_only_the_ingest_stops_and_says_so(
         ingest_cluster(ClusterConfig("it", client), tmp_path, datetime.now(UTC), 20, 60)
     assert "Read on topic __consumer_offsets" in str(failed.value), str(failed.value)
     assert PASSWORD not in str(failed.value)
+
+
+# -- a group hidden from ListGroups is not a group deleted ---------------------------------
+
+def _watcher_grants(principal: str, groups: list[str]) -> list[Any]:
+    """Describe on the topics and on ``groups``, not on the cluster: ListGroups then lists
+    the principal the groups it may Describe, and leaves the others out without an error
+    (KIP-231), as OffsetFetch needs that same Describe."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    def allow(kind: Any, name: str, operation: Any) -> Any:
+        return AclBinding(kind, name, ResourcePatternType.LITERAL, principal, "*", operation,
+                          AclPermissionType.ALLOW)
+
+    return [allow(ResourceType.TOPIC, "*", AclOperation.DESCRIBE),
+            allow(ResourceType.TOPIC, "*", AclOperation.DESCRIBE_CONFIGS),
+            *(allow(ResourceType.GROUP, g, AclOperation.DESCRIBE) for g in groups)]
+
+
+def _listed_to(client: dict[str, str]) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    listing = AdminClient({**client, "log_level": 0})  # held: destroyed, it answers nothing
+    result = listing.list_consumer_groups().result(20)
+    assert not result.errors, result.errors
+    return {g.group_id for g in result.valid}
+
+
+def test_a_group_hidden_from_list_groups_is_unknown_and_a_deleted_one_is_gone(
+        kafka_secure: KafkaCluster, warehouse_engine: Any, tmp_path: Path) -> None:
+    """A principal without Describe on the cluster is listed only the groups it may Describe:
+    a group whose Describe ACL is removed vanishes from a complete snapshot as a deleted
+    one does. The collector probes the groups the snapshot before found: the hidden one is
+    an error naming it and the ACL at every snapshot (partial: its incidents are kept,
+    unknown), a group deleted for real is nothing (complete: deleted after two)."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    from groupscope import warehouse
+    from groupscope.serve.alerting.conditions import _why_absent
+
+    topic, hidden, gone = unique("absent-t"), unique("absent-hidden"), unique("absent-gone")
+    create_topic(kafka_secure.bootstrap, topic, 1)
+    for group in (hidden, gone):
+        commit_offsets(kafka_secure.bootstrap, group, {(topic, 0): 0})
+    superuser = admin(kafka_secure.bootstrap)  # the plaintext listener's super user
+    user, password = unique("watcher"), "watcher-s3cret-pw"
+    principal = f"User:{user}"
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, SCRAM_ITERATIONS)
+    for future in superuser.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(user, info, password.encode())]).values():
+        future.result(timeout=30)
+    for future in superuser.create_acls(_watcher_grants(principal, [hidden, gone])).values():
+        future.result(timeout=30)
+    client = {**kafka_secure.secure_client("SCRAM-SHA-256"), "sasl.username": user,
+              "sasl.password": password}
+    wait_until(lambda: _listed_to(client) == {hidden, gone}, 30, "both groups listed")
+    cluster = ClusterConfig(unique("absent"), client)
+
+    def snapshot() -> tuple[datetime, bool, list[dict[str, Any]], set[str]]:
+        summary = collect_here(cluster, tmp_path, datetime.now(UTC), 20)
+        (landed,) = [s for s in landed_snapshots(tmp_path, cluster.name)
+                     if s.snapshot_id == summary["snapshot_id"]]
+        warehouse.load_landed(warehouse_engine, landed)
+        tables = landed.read()
+        return (landed.snapshot_ts, summary["complete"],
+                tables["collection_errors"].to_pylist(),
+                set(tables["consumer_groups"].column("group_id").to_pylist()))
+
+    def why_absent(group: str, at: datetime) -> str | None:
+        with warehouse_engine.connect() as conn:
+            return _why_absent(conn, cluster.name, group, at)
+
+    assert snapshot()[1:] == (True, [], {hidden, gone})
+    # Deleted for real: the probe finds nothing, so the snapshots are complete, and two of
+    # them in a row without the group take it as deleted (its incidents resolve).
+    for future in superuser.delete_consumer_groups([gone], request_timeout=20).values():
+        future.result(timeout=30)
+    for _ in range(2):
+        at, complete, errors, listed = snapshot()
+        assert (complete, errors, listed) == (True, [], {hidden})
+    assert why_absent(gone, at) is None
+
+    # Its Describe removed: ListGroups leaves the group out, without an error.
+    describe_hidden = AclBindingFilter(
+        ResourceType.GROUP, hidden, ResourcePatternType.LITERAL, principal, "*",
+        AclOperation.DESCRIBE, AclPermissionType.ALLOW)
+    for future in superuser.delete_acls([describe_hidden]).values():
+        future.result(timeout=30)
+    wait_until(lambda: not _listed_to(client), 30, "the group no longer listed")
+    for _ in range(2):  # not once: at every snapshot until the ACL is back
+        at, complete, errors, listed = snapshot()
+        assert not complete and not listed
+        (error,) = errors
+        assert (error["stage"], error["code"], error["group_id"]) == (
+            "list_groups", "GROUP_AUTHORIZATION_FAILED", hidden)
+        assert f"grant the monitor's principal Describe on group {hidden}" in error["message"]
+    why = why_absent(hidden, at)
+    assert why is not None and "missing from the partial snapshot" in why, why
+    assert f"Describe on group {hidden}" in why

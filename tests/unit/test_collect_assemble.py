@@ -22,6 +22,8 @@ from groupscope.collect.assemble import (
     partition_offsets,
     record_timestamp_requests,
     touched_partitions,
+    unlisted_errors,
+    unlisted_groups,
     with_rereads,
 )
 from groupscope.contract.model import (
@@ -381,3 +383,46 @@ def test_an_offsets_partition_without_a_leader_is_an_error_naming_its_replicas()
     assert coordinator_outages(_metadata()) == []  # every partition led
     two = dataclasses.replace(metadata, offsets_replicas={1: (11, 12)})
     assert "(its replicas: brokers 11, 12," in coordinator_outages(two)[0].message
+
+
+def test_the_groups_listed_before_and_missing_now_are_probed_up_to_a_bound() -> None:
+    assert unlisted_groups({"a", "b", "c"}, ["b"], 5) == (["a", "c"], [])
+    assert unlisted_groups({"a"}, ["a", "new"], 5) == ([], [])
+    probed, cut = unlisted_groups({"d", "c", "b", "a"}, [], 2)
+    assert probed == ["a", "b"]
+    (error,) = cut  # the others unprobed: the snapshot is partial, and says so
+    assert (error.stage, error.code, error.group_id) == (Stage.LIST_GROUPS, "_NOT_PROBED", None)
+    assert "4 groups" in error.message and "only the first 2 were probed" in error.message
+
+
+def test_an_unlisted_group_that_exists_or_cannot_be_read_is_an_error_a_deleted_one_is_not(
+) -> None:
+    """ListGroups leaves out a group the monitor may no longer Describe: its probe is
+    denied, or finds its offsets (a coordinator handing it over). Deleted: no offset, or
+    GROUP_ID_NOT_FOUND."""
+    failed = [
+        CollectionError(Stage.GROUP_OFFSETS, "GROUP_AUTHORIZATION_FAILED", "denied",
+                        group_id="hidden"),
+        CollectionError(Stage.GROUP_OFFSETS, "_TIMED_OUT", "no answer", group_id="slow",
+                        retriable=True, attempts=3),
+        CollectionError(Stage.GROUP_OFFSETS, "GROUP_ID_NOT_FOUND", "gone", group_id="dead"),
+    ]
+    committed = {"moving": _committed("moving", (T0, 4), (T1, 5))["moving"], "deleted": ()}
+
+    errors = unlisted_errors(["dead", "deleted", "hidden", "moving", "slow"], committed,
+                             failed)
+
+    by_group = {e.group_id: e for e in errors}
+    assert sorted(by_group) == ["hidden", "moving", "slow"]
+    assert all(e.stage is Stage.LIST_GROUPS for e in errors)
+    hidden = by_group["hidden"]
+    assert hidden.code == "GROUP_AUTHORIZATION_FAILED" and not hidden.retriable
+    assert "group hidden is no longer listed by ListGroups" in hidden.message
+    assert "grant the monitor's principal Describe on group hidden" in hidden.message
+    moving = by_group["moving"]
+    assert moving.code == "_NOT_LISTED"
+    assert "its offsets are still committed (2 partition(s))" in moving.message
+    assert "Describe ACL on group moving" in moving.message
+    slow = by_group["slow"]
+    assert (slow.code, slow.retriable, slow.attempts) == ("_TIMED_OUT", True, 3)
+    assert "whether it was deleted is unknown" in slow.message

@@ -349,3 +349,27 @@ def test_a_broker_that_let_listgroups_time_out_is_not_asked_again() -> None:
     loading = ScriptedAdmin(2)
     loading.listing_errors = [[KafkaError.COORDINATOR_LOAD_IN_PROGRESS]]
     assert _collect(loading).complete and loading.calls["list_groups"] == 2
+
+
+def test_expected_groups_no_longer_listed_are_probed_unless_the_listing_failed() -> None:
+    """A group the snapshot before found: denied is an error, gone is nothing. A listing
+    that failed (a killed broker) makes the snapshot partial already: probing the groups the
+    broker coordinates would wait out its timeout, so none is."""
+    def collect(admin: ScriptedAdmin) -> Any:
+        return Collector(admin, "c", CollectorSettings(), sleep=lambda _: None,
+                         expected_groups={"g0", "gone", "hidden"}).snapshot(TS)
+
+    admin = ScriptedAdmin(1, {"hidden": [KafkaError.GROUP_AUTHORIZATION_FAILED]},
+                          no_offsets=frozenset({"gone"}))
+    snapshot = collect(admin)
+    assert (admin.calls["offsets:g0"], admin.calls["offsets:gone"],
+            admin.calls["offsets:hidden"]) == (1, 1, 1)
+    assert [(e.stage, e.code, e.group_id) for e in snapshot.errors] == [
+        (Stage.LIST_GROUPS, "GROUP_AUTHORIZATION_FAILED", "hidden")]
+    assert [g.group_id for g in snapshot.groups] == ["g0"]
+
+    broken = ScriptedAdmin(1)
+    broken.listing_errors = [[KafkaError._TIMED_OUT]]
+    snapshot = collect(broken)
+    assert broken.calls["offsets:gone"] == broken.calls["offsets:hidden"] == 0
+    assert [e.code for e in snapshot.errors] == ["_TIMED_OUT"]

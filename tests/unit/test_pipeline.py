@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from groupscope.contract.model import CollectionError, Group, GroupType, Snapshot, Stage
+from groupscope.land.snapshots import expected_groups, land
 from groupscope.pipeline import StageFailed, analytics_interval, cluster_config, run_interval
 
 
@@ -82,3 +84,28 @@ def test_two_tasks_told_of_one_warehouse_outage_at_once_tell_each_channel_once(
     assert len(channel.sent) == 1 and "warehouse" in channel.sent[0]
     warehouse_outage({"webhook": channel}, "prod", tmp_path, now, None)  # it is back
     assert len(channel.sent) == 2
+
+
+def test_the_groups_expected_are_those_the_newest_snapshot_before_listed_or_erred_on(
+        tmp_path: Path) -> None:
+    """What the collector probes when ListGroups no longer lists them: a group recorded as an
+    error (hidden, not gone) is expected again, so it is probed at every snapshot."""
+    def landed(cluster: str, ts: datetime, groups: list[str],
+               errors: tuple[CollectionError, ...] = ()) -> None:
+        land(Snapshot(cluster, ts, tuple(
+            Group(g, GroupType.CLASSIC, "Empty", "", None, None, None, (), ())
+            for g in groups), (), (), errors), tmp_path)
+
+    hidden = CollectionError(Stage.LIST_GROUPS, "GROUP_AUTHORIZATION_FAILED", "denied",
+                             group_id="c")
+    at = [datetime(2026, 11, 27, 10, 59, tzinfo=UTC), datetime(2026, 11, 27, 11, 1, tzinfo=UTC),
+          datetime(2026, 11, 27, 11, 2, tzinfo=UTC)]
+    landed("c1", at[0], ["a", "b"])
+    landed("c1", at[1], ["b"], (hidden,))
+    landed("c1", at[2], ["d"])
+    landed("c2", at[1], ["other"])
+
+    assert expected_groups(tmp_path, "c1", at[2]) == {"b", "c"}
+    assert expected_groups(tmp_path, "c1", at[1]) == {"a", "b"}  # the hour before
+    assert expected_groups(tmp_path, "c1", at[0]) == frozenset()
+    assert expected_groups(tmp_path, "c3", at[2]) == frozenset()

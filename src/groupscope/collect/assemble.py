@@ -54,6 +54,8 @@ __all__ = [
     "partition_offsets",
     "record_timestamp_requests",
     "touched_partitions",
+    "unlisted_errors",
+    "unlisted_groups",
 ]
 
 
@@ -204,6 +206,64 @@ def coordinator_outages(metadata: ClusterMetadata) -> list[CollectionError]:
             f"{OFFSETS_TOPIC} partition {partition} has no leader ({on}, none in sync and"
             " up): the groups it coordinates cannot be listed, described or committed to",
             topic=OFFSETS_TOPIC, partition=partition, retriable=True))
+    return errors
+
+
+def unlisted_groups(expected: Iterable[str], listed: Iterable[str],
+                    limit: int) -> tuple[list[str], list[CollectionError]]:
+    """The groups expected (``land.snapshots.expected_groups``) that ListGroups no longer
+    lists, to probe: at most ``limit``, the first by name; and one error when more are
+    missing (the others' fate unknown this once: a mass deletion, or Describe lost on all)."""
+    missing = sorted(set(expected) - set(listed))
+    if len(missing) <= limit:
+        return missing, []
+    return missing[:limit], [CollectionError(
+        Stage.LIST_GROUPS, "_NOT_PROBED",
+        f"{len(missing)} groups the snapshot before listed are no longer listed by ListGroups;"
+        f" only the first {limit} were probed, so whether the others ({missing[limit]}, ...)"
+        " were deleted or hidden (the monitor's Describe on them removed) is unknown")]
+
+
+def unlisted_errors(probed: Iterable[str],
+                    committed: Mapping[str, tuple[CommittedOffset, ...]],
+                    failed: Iterable[CollectionError]) -> list[CollectionError]:
+    """What the OffsetFetch probe of groups ListGroups no longer lists says. ListGroups
+    leaves out silently a group the monitor may no longer Describe (the same ACL OffsetFetch
+    needs), and a coordinator handing a group over lists nothing for it a while: a group
+    whose offsets are still committed, or that cannot be read, exists or may, and is one
+    error (the snapshot partial, the group's incidents kept). One that is gone answers no
+    offset, or GROUP_ID_NOT_FOUND: deleted, nothing to record."""
+    first_failure: dict[str, CollectionError] = {}
+    for error in failed:
+        if error.group_id is not None:
+            first_failure.setdefault(error.group_id, error)
+    errors = []
+    for group_id in probed:
+        failure = first_failure.get(group_id)
+        unlisted = f"group {group_id} is no longer listed by ListGroups"
+        if failure is not None and failure.code == "GROUP_ID_NOT_FOUND":
+            continue
+        if failure is not None and failure.code == "GROUP_AUTHORIZATION_FAILED":
+            message = (f"{unlisted}, and Describe on it is denied (GROUP_AUTHORIZATION_FAILED):"
+                       f" grant the monitor's principal Describe on group {group_id} (or"
+                       " delete the group if it is no longer used); until then whether it"
+                       " still runs is unknown")
+        elif failure is not None:
+            message = (f"{unlisted}, and fetching its committed offsets failed "
+                       f"({failure.code}: {failure.message}): whether it was deleted is "
+                       "unknown")
+        elif committed.get(group_id):
+            message = (f"{unlisted} but its offsets are still committed "
+                       f"({len(committed[group_id])} partition(s)): check the monitor's "
+                       f"Describe ACL on group {group_id} (or its coordinator is moving, which"
+                       " lists nothing for it a while)")
+        else:
+            continue
+        errors.append(CollectionError(
+            Stage.LIST_GROUPS, failure.code if failure is not None else "_NOT_LISTED",
+            message, group_id=group_id,
+            retriable=failure.retriable if failure is not None else True,
+            attempts=failure.attempts if failure is not None else 1))
     return errors
 
 

@@ -8,7 +8,8 @@ Order of work, and the requests each step costs (B brokers, G groups, P touched 
 3. describe the groups, in batches (librdkafka fans out to each group's coordinator);
 4. committed offsets: one OffsetFetch per group (the API takes one group, and librdkafka
    sends a FindCoordinator before each), at most ``offsets_concurrency`` in flight, taking
-   turns over ``offset_fetch_connections`` clients;
+   turns over ``offset_fetch_connections`` clients; the same for each group the snapshot
+   before found that ListGroups no longer lists (usually none): deleted, or hidden from it;
 5. log start, high watermark and last stable offset of every touched partition: three batched
    ListOffsets calls, which librdkafka splits by partition leader;
 6. the retention settings of the touched topics: one DescribeConfigs request per 1,000
@@ -32,7 +33,7 @@ import gc
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -49,6 +50,8 @@ from groupscope.collect.assemble import (
     partition_offsets,
     record_timestamp_requests,
     touched_partitions,
+    unlisted_errors,
+    unlisted_groups,
     with_rereads,
 )
 from groupscope.collect.policy import (
@@ -153,12 +156,16 @@ class CollectorSettings:
     # The jars of the Java Admin client (kafka-clients, slf4j-api): jars, folders or globs,
     # separated by os.pathsep.
     java_classpath: str = ""
+    # Groups expected (Collector.expected_groups) that ListGroups no longer lists, probed with
+    # an OffsetFetch each: at most this many per snapshot (the others are one error).
+    unlisted_probes: int = 1000
 
     def __post_init__(self) -> None:
         if self.group_kinds not in ("auto", "always", "never"):
             raise ValueError("group_kinds must be auto, always or never")
         for name in ("offsets_concurrency", "offset_fetch_connections", "describe_batch",
-                     "describe_in_flight", "list_offsets_batch", "attempts"):
+                     "describe_in_flight", "list_offsets_batch", "attempts",
+                     "unlisted_probes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.request_timeout_s <= 0:
@@ -187,6 +194,10 @@ class Collector:
     # Opens the Java Admin client of the same cluster (a groupscope.kafka.java_admin.JavaAdmin)
     # for its share and streams groups; None: they are not collected.
     java_admin: Callable[[], Any] | None = None
+    # The groups the snapshot before listed or named in its errors
+    # (groupscope.land.snapshots.expected_groups): one that ListGroups no longer lists is
+    # probed, so that a group hidden from the listing is not taken as deleted.
+    expected_groups: Collection[str] = ()
     kafka: AdminAdapter = field(init=False, repr=False)
     retries: RetryPolicy = field(init=False, repr=False)
 
@@ -235,6 +246,8 @@ class Collector:
         # too (another librdkafka or broker), the Java Admin's description of it is kept,
         # never both (one group twice breaks the snapshot's key).
         kind_ids = {g.group_id for g in kind_groups_found}
+        if not any(e.stage is Stage.LIST_GROUPS for e in errors):
+            errors += self._probe_unlisted({g.group_id for g in listings} | kind_ids)
         groups = [g for g in assemble_groups(listings, described, committed, metadata,
                                              classic_view) if g.group_id not in kind_ids]
         groups += kind_groups_found
@@ -501,6 +514,21 @@ class Collector:
             committed[group_id] = tuple(sorted(offsets, key=lambda o: (o.topic, o.partition)))
         return committed
 
+    def _probe_unlisted(self, listed: set[str]) -> list[CollectionError]:
+        """An error for each expected group that ListGroups no longer lists and that still
+        exists or cannot be read (``unlisted_errors``); none for the deleted ones. Usually
+        none to probe: no request. Not called when the listing itself failed (a broker that
+        could not answer, an offsets partition without a leader): the snapshot is partial
+        already, and probing the groups a killed broker coordinates would wait out the
+        request timeout for them (see ``_list_groups``)."""
+        wanted, errors = unlisted_groups(self.expected_groups, listed,
+                                         self.settings.unlisted_probes)
+        if wanted:
+            failed: list[CollectionError] = []
+            committed = self._committed_offsets(wanted, failed)
+            errors += unlisted_errors(wanted, committed, failed)
+        return errors
+
     def _reread_losses(self, groups: list[Group], partitions: tuple[PartitionOffsets, ...],
                        metadata: ClusterMetadata, notes: list[str]
                        ) -> tuple[list[Group], tuple[PartitionOffsets, ...]]:
@@ -557,10 +585,12 @@ class Collector:
 
 def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetime,
                   sample_records: bool = True,
-                  settings: CollectorSettings | None = None) -> Snapshot:
+                  settings: CollectorSettings | None = None,
+                  expected_groups: Collection[str] = ()) -> Snapshot:
     """A snapshot of ``cluster``; ``sample_records`` also reads the record at each lagging
     committed offset (bounded: see groupscope.kafka.sampling) for the exact time lag.
-    ``settings`` default to CollectorSettings' with ``timeout_s`` as the request timeout. Raises
+    ``settings`` default to CollectorSettings' with ``timeout_s`` as the request timeout.
+    ``expected_groups``: those the snapshot before found (``Collector.expected_groups``). Raises
     ConfigError (bad client settings) or ClusterUnavailable."""
     connection = open_admin(cluster, timeout_s)
     try:  # fails at once on wrong security settings, which librdkafka would retry until
@@ -575,5 +605,6 @@ def take_snapshot(cluster: ClusterConfig, timeout_s: float, snapshot_ts: datetim
                           java_admin=lambda: JavaAdmin.open(
                               cluster.client, chosen.java_classpath, timeout_s),
                           sampler=RecordSampler(cluster.client, timeout_s=timeout_s)
-                          if sample_records else None)
+                          if sample_records else None,
+                          expected_groups=expected_groups)
     return collector.snapshot(snapshot_ts)

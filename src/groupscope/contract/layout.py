@@ -82,6 +82,13 @@ def manifest_paths(root: Path, cluster: str | None = None,
     return (m for m in manifests if f"{m.parent.parent.name}/{m.parent.name}" >= first)
 
 
+def manifest_hours(root: Path, cluster: str) -> list[Path]:
+    """The hour folders that hold manifests of ``cluster``, newest first."""
+    base = root / SNAPSHOTS / MANIFEST_TABLE / f"cluster={cluster}"
+    # The names sort as the hours do: zero-padded, largest unit first.
+    return sorted(base.glob(_HOUR_GLOB), reverse=True)
+
+
 def manifest_hour(root: Path, manifest: Path) -> Path:
     """The folders of a landed manifest below its table's (``cluster=<c>/date=…/hour=HH``):
     where each table of its snapshot keeps its file, the manifest's name."""

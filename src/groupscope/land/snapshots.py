@@ -130,6 +130,32 @@ def scan_landed(root: Path, cluster: str | None = None, since: datetime | None =
     return sorted(found, key=lambda s: (s.snapshot_ts, s.cluster)), unreadable
 
 
+def expected_groups(root: Path, cluster: str, before: datetime) -> frozenset[str]:
+    """The groups the newest snapshot of ``cluster`` landed before ``before`` lists, or names
+    in its collection errors: those the next snapshot expects to find (the collector probes
+    the ones ListGroups no longer lists). Errors count because a group found hidden rather
+    than gone is recorded as one, and must be probed again at the next snapshot. Cheap: the
+    manifests of the newest hour folder that has one, and one column of two files."""
+    for hour in layout.manifest_hours(root, cluster):
+        found = [s for s in scan_landed(root, cluster, _hour_start(hour))[0]
+                 if s.snapshot_ts < before]
+        if found:
+            newest = found[-1]
+            ids: set[str] = set()
+            for table in ("consumer_groups", "collection_errors"):
+                if newest.path(table).exists():  # tables added later: absent from older ones
+                    column = pq.read_table(newest.path(table), columns=["group_id"])
+                    ids.update(g for g in column.column("group_id").to_pylist() if g)
+            return frozenset(ids)
+    return frozenset()
+
+
+def _hour_start(hour: Path) -> datetime:
+    """The start of a ``date=YYYY-MM-DD/hour=HH`` folder's hour."""
+    day = hour.parent.name.removeprefix("date=")
+    return datetime.fromisoformat(f"{day}T{hour.name.removeprefix('hour=')}:00:00+00:00")
+
+
 # What reading a landed file raises: the storage's errors, Arrow's and Parquet's, a manifest
 # without a row, and the text of a string column that decodes to no UTF-8 (broken bytes).
 READ_ERRORS = (OSError, pa.ArrowException, IndexError, UnicodeDecodeError)

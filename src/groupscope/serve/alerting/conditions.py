@@ -19,9 +19,10 @@ A value is a number or **unknown** (``Observation.unknown`` says why), never a g
   ``stale_intervals`` snapshot intervals behind the newest loaded snapshot: a hung or dead
   Spark), so frozen marts neither fire nor resolve anything;
 - a group with an open incident that is missing from the newest status snapshot while that
-  snapshot was partial (its coordinator restarting), or that is listed but has no status row,
-  or that the snapshot before listed (a coordinator handing a group over lists nothing for it
-  and reports no error);
+  snapshot was partial (its coordinator restarting; or ListGroups hiding it, the monitor's
+  Describe on it removed: ``collect.assemble.unlisted_errors``), or that is listed but has
+  no status row, or that the snapshot before listed (a coordinator handing a group over
+  lists nothing for it and reports no error);
 - the collector's values of a cluster with no snapshot left in the warehouse.
 
 A group with an open incident that two complete snapshots in a row no longer list was deleted:
