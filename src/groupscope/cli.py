@@ -481,11 +481,12 @@ def cmd_alerts_check_rules(args: argparse.Namespace) -> int:
 def _channel_connections(rules: Any) -> list[tuple[str, Any, str]]:
     """Each channel of the rules with its connection's state here: present, missing (what is
     routed to it is owed and fails, and channel_failing names it), or unreadable."""
+    from groupscope.serve.alerting.airflow_channels import build_channels
+
     try:
-        from groupscope.serve.alerting.airflow_channels import build_channels
-    except ImportError:
+        built = build_channels(rules, reveal(load_settings().alert_webhook_url))
+    except ImportError:  # the connections are Airflow's
         return [(c.name, c, "not checked (Airflow is not installed here)") for c in rules.channels]
-    built = build_channels(rules, reveal(load_settings().alert_webhook_url))
     states = []
     for spec in rules.channels:
         if spec.name in built.channels:
