@@ -777,10 +777,12 @@ def spool_task_run(state_dir: Path, cluster: str, run: Mapping[str, Any]) -> Non
     import json
     import os
 
+    from groupscope.serve.alerting.evaluation import file_key
+
     state_dir.mkdir(parents=True, exist_ok=True)
     line = json.dumps({k: (v.isoformat() if isinstance(v, datetime) else v)
                        for k, v in run.items()}, ensure_ascii=False) + "\n"
-    with (state_dir / _SPOOL.format(cluster=_file_safe(cluster))).open("a",
+    with (state_dir / _SPOOL.format(cluster=file_key(cluster))).open("a",
                                                                        encoding="utf-8") as out:
         out.write(line)
         out.flush()
@@ -794,7 +796,9 @@ def replay_task_runs(warehouse_url: str, cluster: str, state_dir: Path) -> int:
     import json
     import os
 
-    spool = state_dir / _SPOOL.format(cluster=_file_safe(cluster))
+    from groupscope.serve.alerting.evaluation import file_key
+
+    spool = state_dir / _SPOOL.format(cluster=file_key(cluster))
     if not spool.exists():
         return 0
     taken = spool.with_suffix(f".{os.getpid()}.replaying")
@@ -819,8 +823,3 @@ def replay_task_runs(warehouse_url: str, cluster: str, state_dir: Path) -> int:
     taken.unlink()
     return len(runs)
 
-
-def _file_safe(name: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(name.encode()).hexdigest()[:16]

@@ -250,7 +250,7 @@ def tell_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path, 
     import fcntl
 
     state_dir.mkdir(parents=True, exist_ok=True)
-    lock_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.lock"
+    lock_file = state_dir / f"warehouse-outage-{file_key(cluster)}.lock"
     with lock_file.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if error is None:  # this worker evaluates: the cluster's outage, and its own clock's
@@ -274,7 +274,7 @@ def _this_worker(cluster: str) -> str:
 
 def _tell_outage(channels: Mapping[str, Channel], cluster: str, state_dir: Path,
                  now: datetime, error: str | None, kind: str) -> dict[str, str]:
-    state_file = state_dir / f"warehouse-outage-{_file_safe(cluster)}.json"
+    state_file = state_dir / f"warehouse-outage-{file_key(cluster)}.json"
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -317,7 +317,9 @@ def _replacing(path: Path) -> Iterator[Any]:
     os.replace(temporary, path)
 
 
-def _file_safe(name: str) -> str:
+def file_key(name: str) -> str:
+    """A short name for a cluster's (or a worker's) files of local state beside the alert log:
+    the outage state here, the spooled task outcomes (``pipeline.spool_task_run``)."""
     import hashlib
 
     return hashlib.sha256(name.encode()).hexdigest()[:16]
